@@ -1,0 +1,30 @@
+# The two commands a new user needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export LAMBDALAKE_HOME ?= $(CURDIR)/.lambdalake
+
+.PHONY: install run test lock clean
+
+install: $(STAMP)
+
+# Re-runs only when the lock or the project metadata change.
+$(STAMP): requirements/lock.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.8
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/lock.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
+	touch $(STAMP)
+
+run: install
+	$(BIN)/python -m include.demo
+
+test: install
+	$(BIN)/python -m pytest
+
+lock: install
+	$(BIN)/uv pip compile requirements/requirements.in --python-version 3.11 -o requirements/lock.txt
+
+clean:
+	rm -rf $(LAMBDALAKE_HOME)

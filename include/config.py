@@ -1,0 +1,138 @@
+"""One typed settings object for the whole platform.
+
+Values come from keyword overrides (the CLI's ``--home``), then ``LAMBDALAKE_*`` environment
+variables, then the defaults below. Invalid values fail at start-up with a one-line
+:class:`ConfigError` that names the setting.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "LAMBDALAKE_"
+
+_DURATION = re.compile(
+    r"^\s*(?P<amount>-?\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)?\s*$",
+    re.IGNORECASE,
+)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class ConfigError(ValueError):
+    """A setting has an invalid value; the message is one line naming the setting."""
+
+
+def parse_duration(value: Any, what: str) -> timedelta:
+    """Parse ``'10 minutes'``, ``'90s'``, ``'1h'``, a number of seconds or a timedelta.
+
+    Raises ValueError (with ``what`` in the message) unless the duration is positive.
+    """
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        duration = timedelta(seconds=value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{what} must be a duration like '10 minutes', got '{value}'")
+        unit = (match["unit"] or "s").lower()
+        key = "ms" if unit.startswith("ms") or unit.startswith("milli") else unit[0]
+        duration = timedelta(seconds=float(match["amount"]) * _UNIT_SECONDS[key])
+    if duration <= timedelta(0):
+        raise ValueError(f"{what} must be positive, got '{value}'")
+    return duration
+
+
+def spark_interval(duration: timedelta) -> str:
+    """A Spark interval string (``'600 seconds'``) for watermarks and window lengths."""
+    return f"{int(duration.total_seconds())} seconds"
+
+
+class Settings(BaseSettings):
+    """Platform configuration, environment prefix ``LAMBDALAKE_``."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
+
+    home: Path = Field(default=Path.home() / ".lambdalake", description="root of all data")
+    watermark_delay: timedelta = Field(default=timedelta(minutes=10))
+    join_window: timedelta = Field(default=timedelta(hours=1))
+    lakehouse_engine: Literal["auto", "delta-rs", "delta-spark"] = "auto"
+    spark_master: str = "local[*]"
+    spark_ui: bool = False
+    spark_driver_memory: str = "4g"
+    shuffle_partitions: int = Field(default=4, ge=1)
+    # Comma-separated local jar paths / Maven coordinates; how a cluster puts Delta on the classpath.
+    spark_jars: str = ""
+    spark_jars_packages: str = ""
+    commit_retries: int = Field(default=8, ge=0, description="retries of a conflicting Delta commit")
+    commit_backoff_seconds: float = Field(default=0.1, gt=0)
+
+    @field_validator("watermark_delay", mode="before")
+    @classmethod
+    def _watermark_delay(cls, value: Any) -> timedelta:
+        return parse_duration(value, "watermark delay")
+
+    @field_validator("join_window", mode="before")
+    @classmethod
+    def _join_window(cls, value: Any) -> timedelta:
+        return parse_duration(value, "join window")
+
+    @field_validator("spark_driver_memory")
+    @classmethod
+    def _driver_memory(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+[kmgt]?", value.strip().lower()):
+            raise ValueError(f"spark driver memory must look like '4g', got '{value}'")
+        return value.strip().lower()
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _home(cls, value: Path) -> Path:
+        home = value.expanduser().absolute()
+        if home.exists() and not home.is_dir():
+            raise ValueError(f"home must be a directory, got file '{home}'")
+        return home
+
+    @property
+    def landing_dir(self) -> Path:
+        return self.home / "landing"
+
+    @property
+    def lakehouse_dir(self) -> Path:
+        return self.home / "lakehouse"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def truth_dir(self) -> Path:
+        return self.home / "truth"
+
+    def landing_topic_dir(self, topic: str) -> Path:
+        return self.landing_dir / topic
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings, turning validation errors into a one-line :class:`ConfigError`.
+
+    ``None`` overrides are ignored, so CLI options that were not given fall through to the
+    environment and the defaults.
+    """
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        message = error["msg"].removeprefix("Value error, ")
+        value = error.get("input")
+        source = f"{ENV_PREFIX}{field.upper()}"
+        if error["type"] == "extra_forbidden":
+            raise ConfigError(f"unknown setting '{field}'") from None
+        raise ConfigError(f"invalid setting {source}={value!s}: {message}") from None

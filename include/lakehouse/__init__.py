@@ -1,0 +1,53 @@
+"""The Delta lakehouse store: one interface (:class:`LakehouseStore`), two engines."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from include.config import Settings
+from include.lakehouse.base import (
+    CommitConflictError,
+    CommitInfo,
+    LakehouseError,
+    LakehouseStore,
+    TableNotFound,
+    Txn,
+)
+from include.spark import delta_spark_unavailable_reason, resolve_engine
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def open_store(settings: Settings, spark: SparkSession, engine: str | None = None) -> LakehouseStore:
+    """The store for ``settings`` (engine from configuration unless given)."""
+    engine = engine or resolve_engine(settings)
+    options = dict(
+        spark=spark,
+        root=settings.lakehouse_dir,
+        commit_retries=settings.commit_retries,
+        backoff_seconds=settings.commit_backoff_seconds,
+    )
+    if engine == "delta-rs":
+        from include.lakehouse.delta_rs import DeltaRsStore
+
+        return DeltaRsStore(**options)
+    if engine == "delta-spark":
+        reason = delta_spark_unavailable_reason(settings)
+        if reason:
+            raise LakehouseError(f"lakehouse engine 'delta-spark' cannot run here: {reason}")
+        from include.lakehouse.delta_spark import DeltaSparkStore
+
+        return DeltaSparkStore(**options)
+    raise ValueError(f"lakehouse engine must be 'delta-rs' or 'delta-spark', got '{engine}'")
+
+
+__all__ = [
+    "CommitConflictError",
+    "CommitInfo",
+    "LakehouseError",
+    "LakehouseStore",
+    "TableNotFound",
+    "Txn",
+    "open_store",
+]

@@ -1,0 +1,308 @@
+"""The lakehouse store interface shared by both Delta engines.
+
+Engines implement the ``_do_*`` primitives; this class owns what must behave the same on both:
+transaction-id idempotency, bounded retries of conflicting commits, argument validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from deltalake import DeltaTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_TABLE_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[a-z][a-z0-9_]*)*$")
+
+# Properties every table gets so both engines (and older readers) can read it.
+PORTABLE_PROPERTIES = {
+    "delta.enableDeletionVectors": "false",
+}
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A Delta transaction id: a write is applied at most once per (app_id, version)."""
+
+    app_id: str
+    version: int
+
+    def __post_init__(self) -> None:
+        if not self.app_id:
+            raise ValueError("txn app_id must be a non-empty string")
+        if self.version < 0:
+            raise ValueError(f"txn version must be >= 0, got {self.version}")
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One entry of a table's history."""
+
+    version: int
+    timestamp: datetime
+    operation: str
+    parameters: dict[str, Any]
+
+
+class LakehouseError(RuntimeError):
+    """A lakehouse operation failed in a way the caller should see."""
+
+
+class TableNotFound(LakehouseError):
+    pass
+
+
+class CommitConflictError(LakehouseError):
+    """A concurrent-commit conflict persisted after all retries."""
+
+
+def sql_literal(value: Any) -> str:
+    """A SQL literal for a partition predicate (both engines parse the same syntax)."""
+    if value is None:
+        raise ValueError("partition value must not be None")
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (date, datetime)):
+        return f"'{value.isoformat()}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+class LakehouseStore(ABC):
+    """Delta tables under one root folder, addressed by name (``bronze/orders``)."""
+
+    engine: str
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: Path | str,
+        commit_retries: int = 8,
+        backoff_seconds: float = 0.1,
+    ) -> None:
+        self.spark = spark
+        self.root = Path(root)
+        self.commit_retries = commit_retries
+        self.backoff_seconds = backoff_seconds
+
+    # ---- naming -------------------------------------------------------------------------
+    def path(self, name: str) -> str:
+        if not _TABLE_NAME.match(name):
+            raise ValueError(
+                f"table name must be lowercase words separated by '/', got '{name}'"
+            )
+        return str(self.root / name)
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.path(name))
+
+    def _require(self, name: str) -> str:
+        path = self.path(name)
+        if not DeltaTable.is_deltatable(path):
+            raise TableNotFound(f"table '{name}' does not exist at {path}")
+        return path
+
+    # ---- public operations ----------------------------------------------------------------
+    def ensure_table(
+        self,
+        name: str,
+        schema: StructType,
+        partition_by: Sequence[str] = (),
+        properties: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Create the table if it does not exist. Returns True when it was created."""
+        missing = [col for col in partition_by if col not in schema.fieldNames()]
+        if missing:
+            raise ValueError(f"partition columns {missing} are not in the schema of '{name}'")
+        if self.exists(name):
+            return False
+        props = {**PORTABLE_PROPERTIES, **(properties or {})}
+        self._retrying(
+            f"create table '{name}'",
+            lambda: self._do_create(self.path(name), schema, list(partition_by), props),
+        )
+        return True
+
+    def txn_version(self, name: str, app_id: str) -> int | None:
+        """The latest committed version of ``app_id`` on the table, or None."""
+        if not self.exists(name):
+            return None
+        return DeltaTable(self.path(name)).transaction_version(app_id)
+
+    def is_committed(self, name: str, txn: Txn | None) -> bool:
+        if txn is None:
+            return False
+        committed = self.txn_version(name, txn.app_id)
+        return committed is not None and committed >= txn.version
+
+    def append(self, name: str, df: DataFrame, txn: Txn | None = None) -> bool:
+        """Append rows. With a txn, a version already committed is skipped (returns False)."""
+
+        if self.is_committed(name, txn):
+            log.info("append to '%s' skipped: txn %s already committed", name, txn)
+            return False
+        path = self.path(name)
+        data = self._prepare(path, df)
+
+        def attempt() -> bool:
+            # Re-checked on every attempt: a conflicting writer may have committed this txn.
+            if self.is_committed(name, txn):
+                return False
+            self._do_append(path, data, txn)
+            return True
+
+        return self._retrying(f"append to '{name}'", attempt)
+
+    def merge(
+        self, name: str, df: DataFrame, keys: Sequence[str], txn: Txn | None = None
+    ) -> bool:
+        """Upsert rows on ``keys``: matched rows are updated, others inserted."""
+        if not keys:
+            raise ValueError("merge needs at least one key column")
+        missing = [key for key in keys if key not in df.columns]
+        if missing:
+            raise ValueError(f"merge keys {missing} are not columns of the source")
+        path = self._require(name)
+        if self.is_committed(name, txn):
+            log.info("merge into '%s' skipped: txn %s already committed", name, txn)
+            return False
+        data = self._prepare(path, df)
+
+        def attempt() -> bool:
+            if self.is_committed(name, txn):
+                return False
+            self._do_merge(path, data, list(keys), txn)
+            return True
+
+        return self._retrying(f"merge into '{name}'", attempt)
+
+    def replace_partition(
+        self, name: str, df: DataFrame, partition: Mapping[str, Any], txn: Txn | None = None
+    ) -> bool:
+        """Atomically replace exactly the rows of one partition (e.g. ``{"date": day}``)."""
+        if not partition:
+            raise ValueError("replace_partition needs a partition, e.g. {'date': '2026-11-20'}")
+        path = self._require(name)
+        table_partitions = DeltaTable(path).metadata().partition_columns
+        unknown = [col for col in partition if col not in table_partitions]
+        if unknown:
+            raise ValueError(
+                f"{unknown} are not partition columns of '{name}' (it has {table_partitions})"
+            )
+        predicate = " AND ".join(f"{col} = {sql_literal(val)}" for col, val in partition.items())
+        outside = df.where(f"NOT ({predicate}) OR " + " OR ".join(f"{c} IS NULL" for c in partition))
+        if not outside.isEmpty():
+            raise ValueError(f"rows outside partition {dict(partition)} given to replace '{name}'")
+        if self.is_committed(name, txn):
+            return False
+        data = self._prepare(path, df)
+
+        def attempt() -> bool:
+            if self.is_committed(name, txn):
+                return False
+            self._do_replace(path, data, predicate, txn)
+            return True
+
+        return self._retrying(f"replace {dict(partition)} of '{name}'", attempt)
+
+    def read(
+        self, name: str, version: int | None = None, timestamp: datetime | str | None = None
+    ) -> DataFrame:
+        """The table as a Spark DataFrame: latest, or as of a version or a timestamp."""
+        if version is not None and timestamp is not None:
+            raise ValueError("read takes a version or a timestamp, not both")
+        if version is not None and version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        if isinstance(timestamp, str):
+            timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        if timestamp is not None and timestamp.tzinfo is None:
+            raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
+        return self._do_read(self._require(name), version, timestamp)
+
+    def version(self, name: str) -> int:
+        return DeltaTable(self._require(name)).version()
+
+    def history(self, name: str, limit: int | None = None) -> list[CommitInfo]:
+        """Commits, newest first."""
+        return self._do_history(self._require(name), limit)
+
+    def optimize(self, name: str, zorder_by: Sequence[str] = ()) -> dict[str, Any]:
+        """Compact small files, clustering by ``zorder_by`` when given."""
+        path = self._require(name)
+        return self._retrying(f"optimize '{name}'", lambda: self._do_optimize(path, list(zorder_by)))
+
+    def vacuum(self, name: str, retention_hours: float = 168) -> int:
+        """Delete files no longer referenced by versions newer than the retention. Returns count."""
+        if retention_hours < 0:
+            raise ValueError(f"retention hours must be >= 0, got {retention_hours}")
+        path = self._require(name)
+        return self._retrying(f"vacuum '{name}'", lambda: self._do_vacuum(path, retention_hours))
+
+    # ---- retries ------------------------------------------------------------------------
+    def _retrying(self, what: str, operation: Callable[[], T]) -> T:
+        for attempt in range(self.commit_retries + 1):
+            try:
+                return operation()
+            except Exception as exc:
+                if not self._is_conflict(exc):
+                    raise
+                if attempt == self.commit_retries:
+                    raise CommitConflictError(
+                        f"{what} still conflicted after {attempt + 1} attempts: {exc}"
+                    ) from exc
+                delay = self.backoff_seconds * (2**attempt) * (0.5 + random.random())
+                log.warning(
+                    "%s: concurrent commit conflict (attempt %d/%d), retrying in %.2fs: %s",
+                    what, attempt + 1, self.commit_retries + 1, delay, exc,
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # ---- engine primitives --------------------------------------------------------------
+    @abstractmethod
+    def _is_conflict(self, exc: Exception) -> bool: ...
+
+    @abstractmethod
+    def _prepare(self, path: str, df: DataFrame) -> Any:
+        """Materialise ``df`` once for writing, so retries do not recompute it."""
+
+    @abstractmethod
+    def _do_create(
+        self, path: str, schema: StructType, partition_by: list[str], properties: dict[str, str]
+    ) -> None: ...
+
+    @abstractmethod
+    def _do_append(self, path: str, data: Any, txn: Txn | None) -> None: ...
+
+    @abstractmethod
+    def _do_merge(self, path: str, data: Any, keys: list[str], txn: Txn | None) -> None: ...
+
+    @abstractmethod
+    def _do_replace(self, path: str, data: Any, predicate: str, txn: Txn | None) -> None: ...
+
+    @abstractmethod
+    def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...
+
+    @abstractmethod
+    def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]: ...
+
+    @abstractmethod
+    def _do_optimize(self, path: str, zorder_by: list[str]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _do_vacuum(self, path: str, retention_hours: float) -> int: ...

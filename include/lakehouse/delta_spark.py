@@ -1,0 +1,115 @@
+"""The cluster engine: Delta Lake's own Spark integration (needs the Delta jars on the classpath)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+# Session settings Delta reads to record a txn on MERGE and other non-DataFrameWriter writes.
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
+
+
+class DeltaSparkStore(LakehouseStore):
+    engine = "delta-spark"
+
+    def _table(self, path: str):  # noqa: ANN202 - delta.tables is importable only with the jars
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        return SparkDeltaTable.forPath(self.spark, path)
+
+    def _is_conflict(self, exc: Exception) -> bool:
+        from delta.exceptions import ConcurrentModificationException
+
+        return isinstance(exc, ConcurrentModificationException)
+
+    def _prepare(self, path: str, df: DataFrame) -> DataFrame:
+        return df
+
+    def _writer(self, df: DataFrame, txn: Txn | None):  # noqa: ANN202
+        writer = df.write.format("delta")
+        if txn is not None:
+            writer = writer.option("txnAppId", txn.app_id).option("txnVersion", str(txn.version))
+        return writer
+
+    def _do_create(
+        self, path: str, schema: StructType, partition_by: list[str], properties: dict[str, str]
+    ) -> None:
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        builder = SparkDeltaTable.createIfNotExists(self.spark).location(path).addColumns(schema)
+        if partition_by:
+            builder = builder.partitionedBy(*partition_by)
+        for key, value in properties.items():
+            builder = builder.property(key, value)
+        builder.execute()
+
+    def _do_append(self, path: str, data: DataFrame, txn: Txn | None) -> None:
+        self._writer(data, txn).mode("append").save(path)
+
+    def _do_merge(self, path: str, data: DataFrame, keys: list[str], txn: Txn | None) -> None:
+        condition = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
+        conf = self.spark.conf
+        if txn is not None:
+            conf.set(TXN_APP_ID_CONF, txn.app_id)
+            conf.set(TXN_VERSION_CONF, str(txn.version))
+        try:
+            (
+                self._table(path).alias("t")
+                .merge(data.alias("s"), condition)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
+            )
+        finally:
+            if txn is not None:
+                conf.unset(TXN_APP_ID_CONF)
+                conf.unset(TXN_VERSION_CONF)
+
+    def _do_replace(self, path: str, data: DataFrame, predicate: str, txn: Txn | None) -> None:
+        self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
+
+    def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
+        reader = self.spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        elif timestamp is not None:
+            utc = timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+            reader = reader.option("timestampAsOf", utc)
+        return reader.load(path)
+
+    def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
+        history = self._table(path).history(limit) if limit else self._table(path).history()
+        return [
+            CommitInfo(
+                version=row["version"],
+                timestamp=row["timestamp"].replace(tzinfo=timezone.utc),
+                operation=row["operation"],
+                parameters=dict(row["operationParameters"] or {}),
+            )
+            for row in history.collect()
+        ]
+
+    def _do_optimize(self, path: str, zorder_by: list[str]) -> dict[str, Any]:
+        optimizer = self._table(path).optimize()
+        result = optimizer.executeZOrderBy(*zorder_by) if zorder_by else optimizer.executeCompaction()
+        metrics = result.collect()[0]["metrics"]
+        return metrics.asDict(recursive=True)
+
+    def _do_vacuum(self, path: str, retention_hours: float) -> int:
+        before = self._file_count(path)
+        self.spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        self._table(path).vacuum(retention_hours)
+        return before - self._file_count(path)
+
+    @staticmethod
+    def _file_count(path: str) -> int:
+        from pathlib import Path
+
+        return sum(1 for _ in Path(path).rglob("*.parquet"))

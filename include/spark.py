@@ -1,0 +1,91 @@
+"""The one place that builds the SparkSession, and the choice of lakehouse engine."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from include.config import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DELTA_TABLE_CLASS = "io/delta/tables/DeltaTable.class"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _candidate_jars(settings: Settings) -> list[Path]:
+    import pyspark
+
+    folders = [Path(pyspark.__file__).parent / "jars"]
+    if os.environ.get("SPARK_HOME"):
+        folders.append(Path(os.environ["SPARK_HOME"]) / "jars")
+    jars = [jar for folder in folders if folder.is_dir() for jar in folder.glob("delta*.jar")]
+    jars += [Path(jar.strip()) for jar in settings.spark_jars.split(",") if jar.strip()]
+    return jars
+
+
+def delta_spark_unavailable_reason(settings: Settings) -> str | None:
+    """None when Spark can load the Delta classes; otherwise why it cannot."""
+    if "delta-spark" in settings.spark_jars_packages:
+        return None  # resolved from Maven when the session starts
+    for jar in _candidate_jars(settings):
+        try:
+            with zipfile.ZipFile(jar) as archive:
+                if DELTA_TABLE_CLASS in archive.namelist():
+                    return None
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return (
+        "Delta Lake jars are not on Spark's classpath (no delta-spark jar in pyspark/jars, "
+        "$SPARK_HOME/jars or LAMBDALAKE_SPARK_JARS, and Maven is unreachable here)"
+    )
+
+
+def resolve_engine(settings: Settings) -> str:
+    """The lakehouse engine in use: ``auto`` picks delta-spark only when its classes load."""
+    if settings.lakehouse_engine != "auto":
+        return settings.lakehouse_engine
+    return "delta-spark" if delta_spark_unavailable_reason(settings) is None else "delta-rs"
+
+
+def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
+    """Return the active SparkSession, or build one configured for this platform."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+
+    builder = (
+        SparkSession.builder.master(settings.spark_master)
+        .appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.ui.enabled", str(settings.spark_ui).lower())
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Keep Spark's own metadata files out of the working directory.
+        .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home / 'derby'}")
+    )
+    if settings.spark_jars:
+        builder = builder.config("spark.jars", settings.spark_jars)
+    if settings.spark_jars_packages:
+        builder = builder.config("spark.jars.packages", settings.spark_jars_packages)
+    if resolve_engine(settings) == "delta-spark":
+        builder = (
+            builder.config("spark.sql.extensions", DELTA_EXTENSION)
+            .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+            # Keep tables readable by delta-rs and older readers.
+            .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

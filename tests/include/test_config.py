@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from include.config import ConfigError, load_settings, parse_duration, spark_interval
+
+
+def test_defaults(settings):
+    assert settings.watermark_delay == timedelta(minutes=10)
+    assert settings.join_window == timedelta(hours=1)
+    assert settings.lakehouse_engine == "auto"
+    assert settings.spark_master == "local[2]"
+    assert settings.landing_dir == settings.home / "landing"
+    assert settings.truth_dir == settings.home / "truth"
+    assert settings.checkpoints_dir.parent == settings.lakehouse_dir.parent == settings.home
+
+
+def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAMBDALAKE_HOME", str(tmp_path / "from-env"))
+    monkeypatch.setenv("LAMBDALAKE_WATERMARK_DELAY", "5 minutes")
+    monkeypatch.setenv("LAMBDALAKE_JOIN_WINDOW", "2h")
+    assert load_settings().home == tmp_path / "from-env"
+    assert load_settings(home=tmp_path / "flag").home == tmp_path / "flag"
+    assert load_settings().watermark_delay == timedelta(minutes=5)
+    assert load_settings().join_window == timedelta(hours=2)
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "expected"),
+    [
+        ("WATERMARK_DELAY", "-5 minutes", "invalid setting LAMBDALAKE_WATERMARK_DELAY=-5 minutes: watermark delay must be positive, got '-5 minutes'"),
+        ("WATERMARK_DELAY", "soon", "invalid setting LAMBDALAKE_WATERMARK_DELAY=soon: watermark delay must be a duration like '10 minutes', got 'soon'"),
+        ("JOIN_WINDOW", "0s", "invalid setting LAMBDALAKE_JOIN_WINDOW=0s: join window must be positive, got '0s'"),
+        ("LAKEHOUSE_ENGINE", "iceberg", "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
+        ("SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
+        ("SPARK_DRIVER_MEMORY", "lots", "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
+    ],
+)
+def test_bad_values_give_one_line_error_naming_the_setting(settings, monkeypatch, env, value, expected):
+    monkeypatch.setenv(f"LAMBDALAKE_{env}", value)
+    with pytest.raises(ConfigError) as error:
+        load_settings()
+    assert str(error.value) == expected
+    assert "\n" not in str(error.value)
+
+
+def test_home_that_is_a_file_is_rejected(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("x")
+    with pytest.raises(ConfigError, match="LAMBDALAKE_HOME=.*home must be a directory"):
+        load_settings(home=target)
+
+
+def test_unknown_setting_is_rejected():
+    with pytest.raises(ConfigError, match="unknown setting 'watermark'"):
+        load_settings(watermark="10 minutes")
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10 minutes", 600), ("90s", 90), ("1h", 3600), ("1.5 hours", 5400), (30, 30), ("250 ms", 0.25)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text, "x").total_seconds() == seconds
+
+
+def test_spark_interval():
+    assert spark_interval(timedelta(minutes=10)) == "600 seconds"

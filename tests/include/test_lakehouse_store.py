@@ -1,0 +1,208 @@
+"""The lakehouse store, against real Delta tables, on every engine that can run here."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import date, datetime, timezone
+
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql.types import DateType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.testing import assertDataFrameEqual
+
+from include.lakehouse import CommitConflictError, TableNotFound, Txn, open_store
+from include.lakehouse.delta_rs import DeltaRsStore
+from include.spark import delta_spark_unavailable_reason
+
+SCHEMA = StructType(
+    [
+        StructField("id", LongType()),
+        StructField("name", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("ts", TimestampType()),
+        StructField("date", DateType()),
+    ]
+)
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)
+D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
+
+
+@pytest.fixture(params=["delta-rs", "delta-spark"])
+def store(request, spark, settings):
+    if request.param == "delta-spark":
+        reason = delta_spark_unavailable_reason(settings)
+        if reason:
+            print(f"SKIP delta-spark engine: {reason}")
+            pytest.skip(f"delta-spark engine: {reason}")
+    return open_store(settings, spark, engine=request.param)
+
+
+def rows(spark, *values):
+    return spark.createDataFrame(list(values), SCHEMA)
+
+
+def make_table(store, name="events"):
+    store.ensure_table(name, SCHEMA, partition_by=["date"])
+    return name
+
+
+def test_ensure_table_is_idempotent_and_portable(store, spark):
+    assert store.ensure_table("t", SCHEMA, partition_by=["date"]) is True
+    assert store.ensure_table("t", SCHEMA, partition_by=["date"]) is False
+    store.append("t", rows(spark, (1, "a", 1.5, T0, D1)))
+    table = DeltaTable(store.path("t"))  # readable by delta-rs directly
+    assert table.metadata().partition_columns == ["date"]
+    assert table.metadata().configuration["delta.enableDeletionVectors"] == "false"
+    assert "deletionVectors" not in (table.protocol().reader_features or [])
+    assert table.to_pyarrow_table().num_rows == 1
+    assert "UTC" in str(table.schema().to_arrow().field("ts").type)
+
+
+def test_ensure_table_rejects_unknown_partition_column(store):
+    with pytest.raises(ValueError, match=r"partition columns \['day'\] are not in the schema"):
+        store.ensure_table("t", SCHEMA, partition_by=["day"])
+
+
+def test_bad_table_name_and_missing_table(store):
+    with pytest.raises(ValueError, match="table name must be lowercase"):
+        store.path("../escape")
+    with pytest.raises(TableNotFound, match="table 'nope' does not exist"):
+        store.read("nope")
+
+
+def test_append_and_read_back_with_nulls(store, spark):
+    name = make_table(store)
+    data = rows(spark, (1, "a", 1.5, T0, D1), (2, None, None, None, D2))
+    assert store.append(name, data) is True
+    assertDataFrameEqual(store.read(name), data)
+
+
+def test_same_txn_version_appended_twice_gives_one_copy(store, spark):
+    name = make_table(store)
+    batch = rows(spark, (1, "a", 1.0, T0, D1))
+    assert store.append(name, batch, txn=Txn("query-1", 0)) is True
+    assert store.append(name, batch, txn=Txn("query-1", 0)) is False
+    assert store.append(name, batch, txn=Txn("query-1", 1)) is True
+    assert store.append(name, batch, txn=Txn("query-2", 0)) is True  # another app id is independent
+    assert store.read(name).count() == 3
+    assert store.txn_version(name, "query-1") == 1
+    assert store.append(name, batch, txn=Txn("query-1", 0)) is False  # older versions stay skipped
+    assert store.read(name).count() == 3
+
+
+def test_merge_upserts_on_keys(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0, D1)))
+    assert store.merge(name, rows(spark, (2, "B", 20.0, T0, D1), (3, "c", 3.0, T0, D2)), keys=["id"], txn=Txn("m", 7))
+    assert not store.merge(name, rows(spark, (2, "X", 0.0, T0, D1)), keys=["id"], txn=Txn("m", 7))
+    expected = rows(spark, (1, "a", 1.0, T0, D1), (2, "B", 20.0, T0, D1), (3, "c", 3.0, T0, D2))
+    assertDataFrameEqual(store.read(name), expected)
+
+
+def test_merge_validates_keys(store, spark):
+    name = make_table(store)
+    with pytest.raises(ValueError, match=r"merge keys \['key'\] are not columns"):
+        store.merge(name, rows(spark, (1, "a", 1.0, T0, D1)), keys=["key"])
+
+
+def test_replace_partition_leaves_other_partitions_untouched(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0, D1), (3, "c", 3.0, T0, D2)))
+    store.replace_partition(name, rows(spark, (10, "z", 9.0, T0, D1)), {"date": D1})
+    store.replace_partition(name, rows(spark, (10, "z", 9.0, T0, D1)), {"date": D1})  # idempotent
+    expected = rows(spark, (10, "z", 9.0, T0, D1), (3, "c", 3.0, T0, D2))
+    assertDataFrameEqual(store.read(name), expected)
+
+
+def test_replace_partition_refuses_rows_of_other_partitions(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (3, "c", 3.0, T0, D2)))
+    with pytest.raises(ValueError, match="rows outside partition"):
+        store.replace_partition(name, rows(spark, (1, "a", 1.0, T0, D2)), {"date": D1})
+    with pytest.raises(ValueError, match=r"\['name'\] are not partition columns"):
+        store.replace_partition(name, rows(spark, (1, "a", 1.0, T0, D1)), {"name": "a"})
+    assert store.read(name).count() == 1
+
+
+def test_time_travel_by_version_and_timestamp(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1)))  # version 1 (0 is the create)
+    time.sleep(1.1)
+    between = datetime.now(timezone.utc)
+    time.sleep(1.1)
+    store.append(name, rows(spark, (2, "b", 2.0, T0, D1)))  # version 2
+    assert store.version(name) == 2
+    assert store.read(name, version=1).count() == 1
+    assert store.read(name, version=0).count() == 0
+    assert store.read(name, timestamp=between).count() == 1
+    assert store.read(name).count() == 2
+    with pytest.raises(ValueError, match="must carry a time zone"):
+        store.read(name, timestamp=datetime(2026, 1, 1))
+
+
+def test_history_newest_first(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1)))
+    store.merge(name, rows(spark, (1, "b", 1.0, T0, D1)), keys=["id"])
+    history = store.history(name)
+    assert [entry.version for entry in history] == [2, 1, 0]
+    assert history[0].operation == "MERGE"
+    assert history[1].operation == "WRITE"
+    assert history[0].timestamp.tzinfo is not None
+    assert len(store.history(name, limit=1)) == 1
+
+
+def test_optimize_compacts_and_vacuum_removes_old_files(store, spark):
+    name = make_table(store)
+    for i in range(4):
+        store.append(name, rows(spark, (i, "x", float(i), T0, D1)))
+    files_before = len(DeltaTable(store.path(name)).file_uris())
+    assert files_before >= 4
+    store.optimize(name)
+    assert len(DeltaTable(store.path(name)).file_uris()) < files_before
+    store.optimize(name, zorder_by=["id"])
+    assert store.vacuum(name, retention_hours=0) >= files_before
+    assert store.read(name).count() == 4
+
+
+def test_two_concurrent_writers_both_succeed_through_retry(store, spark, caplog):
+    name = make_table(store)
+    batches = [rows(spark, (i, f"w{i}", 1.0, T0, D1)) for i in range(2)]
+    errors: list[BaseException] = []
+    start_together = threading.Barrier(2)
+
+    def writer(i: int) -> None:
+        try:
+            for version in range(5):
+                start_together.wait()
+                store.merge(name, batches[i].selectExpr(f"id + {10 * version} as id", "name", "amount", "ts", "date"),
+                            keys=["id"], txn=Txn(f"writer-{i}", version))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert store.read(name).count() == 10
+    assert store.txn_version(name, "writer-0") == store.txn_version(name, "writer-1") == 4
+    # Both writers start each round together, so some commits must have collided and retried.
+    assert any("concurrent commit conflict" in r.message for r in caplog.records)
+
+
+class AlwaysConflicting(DeltaRsStore):
+    def _do_append(self, path, data, txn):
+        from deltalake.exceptions import CommitFailedError
+
+        raise CommitFailedError("simulated concurrent commit")
+
+
+def test_persistent_conflict_raises_clear_error(spark, settings, caplog):
+    store = AlwaysConflicting(spark, settings.lakehouse_dir, commit_retries=2, backoff_seconds=0.01)
+    store.ensure_table("t", SCHEMA)
+    with pytest.raises(CommitConflictError, match=r"append to 't' still conflicted after 3 attempts"):
+        store.append("t", rows(spark, (1, "a", 1.0, T0, D1)))
+    assert sum("concurrent commit conflict" in r.message for r in caplog.records) == 2
