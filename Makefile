@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export LAMBDALAKE_HOME ?= $(CURDIR)/.lambdalake
+# The demo runs in its own home and starts from scratch each time.
+DEMO_HOME := $(CURDIR)/.lambdalake/demo
 
 .PHONY: install run test lock clean
 
@@ -18,7 +19,8 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/python -m include.demo
+	rm -rf $(DEMO_HOME)
+	$(BIN)/lambdalake generate --home $(DEMO_HOME) --hours 24 --seed 42
 
 test: install
 	$(BIN)/python -m pytest
@@ -27,4 +29,4 @@ lock: install
 	$(BIN)/uv pip compile requirements/requirements.in --python-version 3.11 -o requirements/lock.txt
 
 clean:
-	rm -rf $(LAMBDALAKE_HOME)
+	rm -rf .lambdalake

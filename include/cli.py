@@ -1,0 +1,190 @@
+"""The ``lambdalake`` command line.
+
+Every command takes ``--home`` (default ``$LAMBDALAKE_HOME``) and exits non-zero with a one-line
+error on bad input; commands that print data take ``--format``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import date, datetime, time, timedelta, timezone
+from typing import Any
+
+from include.config import ConfigError, Settings, load_settings
+
+FORMATS = ("table", "json", "csv")
+
+
+class UsageError(ValueError):
+    """Bad command-line input: printed as one line, exit code 2."""
+
+
+# ---- output -------------------------------------------------------------------------------
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return utc.isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
+
+
+def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
+    """Rows as an aligned table, a JSON list of objects, or CSV."""
+    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
+    if fmt == "json":
+        return json.dumps(rows, indent=1, default=str)
+    columns = list(rows[0]) if rows else []
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buffer.getvalue().rstrip("\n")
+    if not rows:
+        return "(no rows)"
+    cells = [[("" if row[col] is None else str(row[col])) for col in columns] for row in rows]
+    widths = [max(len(col), *(len(cell[i]) for cell in cells)) for i, col in enumerate(columns)]
+    line = "  ".join(col.ljust(width) for col, width in zip(columns, widths))
+    rule = "  ".join("-" * width for width in widths)
+    body = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in cells]
+    return "\n".join([line, rule, *body])
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (``--help`` still shows the full usage)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+# ---- argument types -----------------------------------------------------------------------
+def parse_instant(text: str) -> datetime:
+    """ISO-8601 with 'Z' or an offset (a bare date means its midnight UTC)."""
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time(), timezone.utc)
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO-8601 time like 2026-11-20T00:00:00Z, got '{text}'") from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"time needs 'Z' or an offset, got '{text}'")
+    return moment.astimezone(timezone.utc)
+
+
+def parse_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 0.5, got '{text}'") from None
+    if not 0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 0.5, got '{text}'")
+    return value
+
+
+def positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+        return value
+
+    return parse
+
+
+# ---- commands -----------------------------------------------------------------------------
+def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
+    from include.generator import TrafficOptions, follow, generate
+
+    options = TrafficOptions(
+        orders_per_hour=args.orders_per_hour,
+        late_fraction=args.late_fraction,
+        duplicate_fraction=args.duplicate_fraction,
+        corrupt_fraction=args.corrupt_fraction,
+        customers=args.customers,
+        devices=args.devices,
+        sensor_interval_seconds=args.sensor_interval,
+        watermark_delay=settings.watermark_delay,
+    )
+    if args.follow:
+        print(f"landing live traffic into {settings.landing_dir} (Ctrl-C to stop)", file=sys.stderr)
+        counts = follow(settings, options, args.seed, args.flush_seconds, args.duration)
+        print(format_rows([{"kind": kind, "lines": n} for kind, n in sorted(counts.items())], args.format))
+        return 0
+    start = args.start or datetime.combine(
+        datetime.now(timezone.utc).date() - timedelta(days=1), time(), timezone.utc
+    )
+    result = generate(settings, start, args.hours, options, args.seed, args.file_minutes)
+    rows = [
+        {"topic": topic, "files": result.ledger["files"].get(topic, 0),
+         **{key: counts[key] for key in ("lines", "valid", "duplicate", "corrupt", "late")}}
+        for topic, counts in result.ledger["topics"].items()
+    ]
+    print(format_rows(rows, args.format))
+    if args.format == "table":
+        paid = result.ledger["order_payments"]
+        print(
+            f"\nlanded into {settings.landing_dir}; ground truth in {result.truth_dir}\n"
+            f"orders: {paid['orders']} ({paid['paid']} paid, {paid['unpaid']} unpaid, "
+            f"{paid['late_paid']} paid by a late event the stream will miss)"
+        )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = OneLineParser(add_help=False)
+    common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
+
+    parser = OneLineParser(prog="lambdalake", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    gen = commands.add_parser(
+        "generate", parents=[common], help="land synthetic events and their ground truth",
+        description="Write synthetic events for all topics into the landing zone (in arrival "
+        "order) and a ground-truth ledger into truth/<run id>/.",
+    )
+    gen.add_argument("--start", type=parse_instant, help="first event time (default: yesterday 00:00Z)")
+    gen.add_argument("--hours", type=positive(float), default=24.0, help="hours of event time (default 24)")
+    gen.add_argument("--orders-per-hour", type=positive(float), default=200.0)
+    gen.add_argument("--late-fraction", type=parse_fraction, default=0.02,
+                     help="share of events landing after the watermark passed them")
+    gen.add_argument("--duplicate-fraction", type=parse_fraction, default=0.01)
+    gen.add_argument("--corrupt-fraction", type=parse_fraction, default=0.005)
+    gen.add_argument("--seed", type=int, default=0, help="same seed, same files")
+    gen.add_argument("--customers", type=positive(int), default=500)
+    gen.add_argument("--devices", type=positive(int), default=20)
+    gen.add_argument("--sensor-interval", type=positive(int), default=60, help="seconds between readings")
+    gen.add_argument("--file-minutes", type=positive(int), default=5, help="minutes of arrival per file")
+    gen.add_argument("--follow", action="store_true", help="keep landing live traffic (event time ≈ now)")
+    gen.add_argument("--flush-seconds", type=positive(float), default=1.0, help="with --follow: file cadence")
+    gen.add_argument("--duration", type=positive(float), help="with --follow: stop after this many seconds")
+    gen.add_argument("--format", choices=FORMATS, default="table")
+    gen.set_defaults(handler=cmd_generate)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(home=args.home)
+        return args.handler(args, settings)
+    except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
+        print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

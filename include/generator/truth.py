@@ -1,0 +1,153 @@
+"""The ground-truth ledger, computed from the generated events in plain Python.
+
+It deliberately shares no code with the pipeline: tests compare the pipeline's output with it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter, defaultdict
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from include.generator.simulation import Event, Line, iso_utc
+
+WINDOW = timedelta(minutes=5)
+REVENUE_COLUMNS = ("window_start", "window_end", "category", "revenue", "orders", "unique_buyers")
+ORDER_PAYMENT_COLUMNS = (
+    "order_id", "user_id", "category", "amount", "order_time",
+    "payment_id", "paid_amount", "pay_time", "status", "late_paid",
+)
+
+
+def window_start(moment: datetime) -> datetime:
+    epoch = int(moment.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % int(WINDOW.total_seconds()), timezone.utc)
+
+
+def revenue_by_category_5m(orders: list[Event]) -> list[dict]:
+    groups: dict[tuple[datetime, str], list[Event]] = defaultdict(list)
+    for order in orders:
+        groups[(window_start(order.event_time), order.payload["category"])].append(order)
+    return [
+        {
+            "window_start": iso_utc(start),
+            "window_end": iso_utc(start + WINDOW),
+            "category": category,
+            "revenue": round(sum(o.payload["amount"] for o in members), 2),
+            "orders": len(members),
+            "unique_buyers": len({o.payload["user_id"] for o in members}),
+        }
+        for (start, category), members in sorted(groups.items())
+    ]
+
+
+def order_payments(orders: list[Event], payments: list[Event], join_window: timedelta) -> list[dict]:
+    """Each order with its first payment inside ``[order_time, order_time + join_window]``."""
+    by_order: dict[str, list[Event]] = defaultdict(list)
+    for payment in payments:
+        by_order[payment.payload["order_id"]].append(payment)
+    rows = []
+    for order in sorted(orders, key=lambda o: (o.event_time, o.event_id)):
+        inside = [
+            p for p in by_order.get(order.event_id, [])
+            if order.event_time <= p.event_time <= order.event_time + join_window
+        ]
+        first = min(inside, key=lambda p: (p.event_time, p.event_id)) if inside else None
+        rows.append(
+            {
+                "order_id": order.event_id,
+                "user_id": order.payload["user_id"],
+                "category": order.payload["category"],
+                "amount": order.payload["amount"],
+                "order_time": iso_utc(order.event_time),
+                "payment_id": first.event_id if first else None,
+                "paid_amount": first.payload["amount"] if first else None,
+                "pay_time": iso_utc(first.event_time) if first else None,
+                "status": "paid" if first else "unpaid",
+                # The stream cannot see this match: the order or its payment arrived late.
+                "late_paid": bool(first and (order.late or first.late)),
+            }
+        )
+    return rows
+
+
+def topic_counts(events: list[Event], lines: list[Line]) -> dict[str, dict]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for line in lines:
+        kind = line.kind.split(":")[0]
+        counts[line.topic]["lines"] += 1
+        counts[line.topic][kind] += 1
+        if kind == "corrupt":
+            counts[line.topic][line.kind] += 1
+    for event in events:
+        if event.late:
+            counts[event.topic]["late"] += 1
+    result = {}
+    for topic, counter in sorted(counts.items()):
+        result[topic] = {
+            "lines": counter["lines"],
+            "valid": counter["valid"],
+            "duplicate": counter["duplicate"],
+            "corrupt": counter["corrupt"],
+            "late": counter["late"],
+            "corrupt_by_kind": {
+                key.split(":")[1]: value for key, value in sorted(counter.items()) if ":" in key
+            },
+        }
+    return result
+
+
+def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_truth(
+    folder: Path,
+    events: list[Event],
+    lines: list[Line],
+    join_window: timedelta,
+    parameters: dict,
+    files: dict[str, int],
+) -> dict:
+    """Write ledger.json, the expected views and the late event list; return the ledger."""
+    folder.mkdir(parents=True, exist_ok=True)
+    by_topic: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        by_topic[event.topic].append(event)
+    revenue = revenue_by_category_5m(by_topic["orders"])
+    payments = order_payments(by_topic["orders"], by_topic["payments"], join_window)
+    _write_csv(folder / "revenue_by_category_5m.csv", REVENUE_COLUMNS, revenue)
+    _write_csv(folder / "order_payments.csv", ORDER_PAYMENT_COLUMNS, payments)
+    late = sorted((e for e in events if e.late), key=lambda e: (e.topic, e.event_time, e.event_id))
+    _write_csv(
+        folder / "late_events.csv",
+        ("topic", "event_id", "event_time", "arrived_at"),
+        [
+            {"topic": e.topic, "event_id": e.event_id, "event_time": iso_utc(e.event_time), "arrived_at": iso_utc(e.arrival)}
+            for e in late
+        ],
+    )
+    status = Counter(row["status"] for row in payments)
+    ledger = {
+        "parameters": parameters,
+        "topics": topic_counts(events, lines),
+        "files": files,
+        "order_payments": {
+            "orders": len(payments),
+            "paid": status["paid"],
+            "unpaid": status["unpaid"],
+            "late_paid": sum(row["late_paid"] for row in payments),
+        },
+        "revenue_by_category_5m": {
+            "rows": len(revenue),
+            "revenue": round(sum(row["revenue"] for row in revenue), 2),
+            "orders": sum(row["orders"] for row in revenue),
+        },
+    }
+    (folder / "ledger.json").write_text(json.dumps(ledger, indent=2) + "\n", encoding="utf-8")
+    return ledger
