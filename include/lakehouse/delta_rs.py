@@ -36,6 +36,10 @@ class DeltaRsStore(LakehouseStore):
     def _is_conflict(self, exc: Exception) -> bool:
         return isinstance(exc, CommitFailedError)
 
+    def _open(self, path: str) -> DeltaTable:
+        """The snapshot a commit builds on (a seam tests use to force concurrent commits)."""
+        return DeltaTable(path)
+
     def _prepare(self, path: str, df: DataFrame) -> pa.Table:
         """Spark rows as Arrow, conformed to the table's column order, types and nullability."""
         data = df.toArrow()
@@ -70,7 +74,7 @@ class DeltaRsStore(LakehouseStore):
     def _do_merge(self, path: str, data: pa.Table, keys: list[str], txn: Txn | None) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         (
-            DeltaTable(path)
+            self._open(path)
             .merge(
                 data, predicate, source_alias="s", target_alias="t",
                 commit_properties=_commit_properties(txn),

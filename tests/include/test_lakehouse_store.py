@@ -166,18 +166,37 @@ def test_optimize_compacts_and_vacuum_removes_old_files(store, spark):
     assert store.read(name).count() == 4
 
 
-def test_two_concurrent_writers_both_succeed_through_retry(store, spark, caplog):
+class Lockstep(DeltaRsStore):
+    """Both writers load the same snapshot before committing, so one commit must conflict."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.barrier = threading.Barrier(2)
+        self.first_attempt = threading.local()
+
+    def merge(self, *args, **kwargs):
+        self.first_attempt.value = True
+        return super().merge(*args, **kwargs)
+
+    def _open(self, path):
+        table = super()._open(path)
+        if self.first_attempt.value:  # retries go ahead alone
+            self.first_attempt.value = False
+            self.barrier.wait(timeout=60)
+        return table
+
+
+def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, caplog):
+    store = Lockstep(spark, settings.lakehouse_dir, commit_retries=5, backoff_seconds=0.05)
     name = make_table(store)
     batches = [rows(spark, (i, f"w{i}", 1.0, T0, D1)) for i in range(2)]
     errors: list[BaseException] = []
-    start_together = threading.Barrier(2)
 
     def writer(i: int) -> None:
         try:
-            for version in range(5):
-                start_together.wait()
-                store.merge(name, batches[i].selectExpr(f"id + {10 * version} as id", "name", "amount", "ts", "date"),
-                            keys=["id"], txn=Txn(f"writer-{i}", version))
+            for version in range(3):
+                batch = batches[i].selectExpr(f"id + {10 * version} as id", "name", "amount", "ts", "date")
+                store.merge(name, batch, keys=["id"], txn=Txn(f"writer-{i}", version))
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -187,10 +206,10 @@ def test_two_concurrent_writers_both_succeed_through_retry(store, spark, caplog)
     for thread in threads:
         thread.join()
     assert errors == []
-    assert store.read(name).count() == 10
-    assert store.txn_version(name, "writer-0") == store.txn_version(name, "writer-1") == 4
-    # Both writers start each round together, so some commits must have collided and retried.
-    assert any("concurrent commit conflict" in r.message for r in caplog.records)
+    assert store.read(name).count() == 6
+    assert store.txn_version(name, "writer-0") == store.txn_version(name, "writer-1") == 2
+    conflicts = [r for r in caplog.records if "concurrent commit conflict" in r.message]
+    assert len(conflicts) >= 3  # one per round
 
 
 class AlwaysConflicting(DeltaRsStore):
