@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     spark_jars_packages: str = ""
     commit_retries: int = Field(default=8, ge=0, description="retries of a conflicting Delta commit")
     commit_backoff_seconds: float = Field(default=0.1, gt=0)
+    # Speed layer.
+    event_source: Literal["landing", "kafka", "rate"] = "landing"
+    max_files_per_trigger: int = Field(default=1, ge=1)
+    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    trigger_interval: timedelta = Field(default=timedelta(seconds=5))
+    kafka_bootstrap_servers: str = "localhost:9092"
+    rate_rows_per_second: int = Field(default=1000, ge=1)
+    max_line_bytes: int = Field(default=1024 * 1024, ge=64)
 
     @field_validator("watermark_delay", mode="before")
     @classmethod
@@ -82,6 +90,11 @@ class Settings(BaseSettings):
     @classmethod
     def _join_window(cls, value: Any) -> timedelta:
         return parse_duration(value, "join window")
+
+    @field_validator("trigger_interval", mode="before")
+    @classmethod
+    def _trigger_interval(cls, value: Any) -> timedelta:
+        return parse_duration(value, "trigger interval")
 
     @field_validator("spark_driver_memory")
     @classmethod
@@ -113,6 +126,16 @@ class Settings(BaseSettings):
     @property
     def truth_dir(self) -> Path:
         return self.home / "truth"
+
+    @property
+    def feeds_dir(self) -> Path:
+        """On-time, deduplicated events handed from ingest to the streaming Gold queries."""
+        return self.home / "feeds"
+
+    @property
+    def run_dir(self) -> Path:
+        """Process state: heartbeat, pid files."""
+        return self.home / "run"
 
     def landing_topic_dir(self, topic: str) -> Path:
         return self.landing_dir / topic

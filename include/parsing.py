@@ -1,0 +1,205 @@
+"""Parsing landed lines into typed events, shared by the speed and the batch layer.
+
+Pure Column logic, no I/O. Every line gets either a typed ``record`` or a precise ``reason``
+(the first check it fails), never neither: nothing is dropped silently. Validation is derived from
+the schema constants: non-nullable fields are required, and the JSON type each Spark type needs
+(``string``, ``number``, ``integer``, ``object``, an ISO-8601 ``timestamp``) is checked on the
+parsed VARIANT, so ``"12.50"`` for ``amount`` is a wrong type rather than silently cast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructType, TimestampType
+
+from include.schemas import CDC_OPS, CLICK_ACTIONS, CUSTOMER_ROW_SCHEMA, TOPICS
+
+DEFAULT_MAX_LINE_BYTES = 1024 * 1024
+JSON = "_json"  # the parsed VARIANT column, computed once per line
+# ISO-8601 with seconds and a mandatory zone ('Z' or an offset); ranges are checked by the cast.
+TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
+ENUMS = {("clicks", "action"): CLICK_ACTIONS, ("customers_cdc", "op"): CDC_OPS}
+NUMBER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
+INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+
+
+def _json_type(spark_type: DataType) -> str:
+    if isinstance(spark_type, StringType):
+        return "string"
+    if isinstance(spark_type, DoubleType):
+        return "number"
+    if isinstance(spark_type, LongType):
+        return "integer"
+    if isinstance(spark_type, TimestampType):
+        return "timestamp"
+    if isinstance(spark_type, StructType):
+        return "object"
+    raise ValueError(f"no JSON type for {spark_type}")
+
+
+def _field(path: str) -> Column:
+    return F.expr(f"variant_get({JSON}, '$.{path}')")
+
+
+def _variant_type(path: str) -> Column:
+    return F.expr(f"schema_of_variant(variant_get({JSON}, '$.{path}'))")
+
+
+def _has_type(path: str, json_type: str) -> Column:
+    kind = _variant_type(path)
+    if json_type in ("string", "timestamp"):
+        return kind == "STRING"
+    if json_type == "integer":
+        return kind.isin(*INTEGER_TYPES)
+    if json_type == "number":
+        return kind.isin(*NUMBER_TYPES) | kind.startswith("DECIMAL")
+    return kind.startswith("OBJECT")
+
+
+def _string(path: str) -> Column:
+    return F.expr(f"variant_get({JSON}, '$.{path}', 'string')")
+
+
+def _timestamp(path: str) -> Column:
+    text = _string(path)
+    return F.when(text.rlike(TIMESTAMP_PATTERN), F.expr(f"try_cast(variant_get({JSON}, '$.{path}', 'string') AS TIMESTAMP)"))
+
+
+def _field_problems(topic: str, schema: StructType, prefix: str = "") -> list[tuple[Column, Column]]:
+    """(is-bad condition, reason) pairs for every field of ``schema``, in schema order."""
+    problems: list[tuple[Column, Column]] = []
+    for field in schema.fields:
+        path = prefix + field.name
+        json_type = _json_type(field.dataType)
+        value = _field(path)
+        null = F.expr(f"is_variant_null(variant_get({JSON}, '$.{path}'))")
+        if not field.nullable:
+            problems.append((value.isNull(), F.lit(f"missing field '{path}'")))
+            problems.append((null, F.lit(f"null value for required field '{path}'")))
+        present = value.isNotNull() & ~null
+        problems.append((present & ~_has_type(path, json_type), F.lit(f"wrong type for '{path}': expected {json_type}")))
+        if json_type == "timestamp":
+            problems.append(
+                (present & _timestamp(path).isNull(),
+                 F.format_string("bad timestamp '%s'", F.substring(_string(path), 1, 64)))
+            )
+        allowed = ENUMS.get((topic, field.name))
+        if allowed:
+            problems.append(
+                (present & ~_string(path).isin(*allowed),
+                 F.format_string(f"invalid value for '{path}': '%s' (expected {', '.join(allowed)})",
+                                 F.substring(_string(path), 1, 64)))
+            )
+    return problems
+
+
+def _cdc_problems() -> list[tuple[Column, Column]]:
+    """Debezium rules: c/r/u carry the new row in ``after``, d the old row in ``before``."""
+    problems = _field_problems("customers_cdc", TOPICS["customers_cdc"].schema)
+    op = _string("op")
+    for image, ops in (("after", ("c", "r", "u")), ("before", ("d",))):
+        needed = op.isin(*ops)
+        missing = _field(image).isNull() | F.expr(f"is_variant_null(variant_get({JSON}, '$.{image}'))")
+        problems.append((needed & missing, F.format_string(f"missing field '{image}' for op '%s'", op)))
+        for condition, text in _field_problems("customers_cdc", CUSTOMER_ROW_SCHEMA, prefix=f"{image}."):
+            problems.append((~missing & condition, text))
+    return problems
+
+
+def reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Column:
+    """Why a line of ``topic`` is rejected, or NULL when it is a valid event.
+
+    Needs ``value`` (the line's bytes) and ``_json`` (see :func:`with_json`).
+    """
+    size = F.length(F.col("value"))
+    checks: list[tuple[Column, Column]] = [
+        (size > max_line_bytes,
+         F.format_string(f"line too long: %d bytes (limit {max_line_bytes})", size)),
+        (~F.expr("is_valid_utf8(cast(value AS STRING))"), F.lit("invalid UTF-8")),
+        (F.col(JSON).isNull(), F.lit("invalid JSON")),
+        (~F.expr(f"schema_of_variant({JSON})").startswith("OBJECT"), F.lit("not a JSON object")),
+    ]
+    checks += _cdc_problems() if topic == "customers_cdc" else _field_problems(topic, TOPICS[topic].schema)
+    result = None
+    for condition, text in checks:
+        result = F.when(condition, text) if result is None else result.when(condition, text)
+    return result.otherwise(F.lit(None).cast("string"))
+
+
+def event_time(topic: str) -> Column:
+    if topic == "customers_cdc":
+        return F.timestamp_millis(F.expr(f"variant_get({JSON}, '$.ts_ms', 'bigint')"))
+    return _timestamp("event_time")
+
+
+def event_id(topic: str) -> Column:
+    """The event's own id (ARCHITECTURE.md, late_events)."""
+    if topic == "sensors":
+        utc = F.date_format(event_time(topic), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+        return F.concat_ws("|", _string("device_id"), utc)
+    if topic == "customers_cdc":
+        customer = F.coalesce(_string("after.customer_id"), _string("before.customer_id"))
+        return F.concat_ws("|", customer, _string("ts_ms"))
+    return _string(TOPICS[topic].id_fields[0])
+
+
+def record(topic: str) -> Column:
+    """The typed event as a struct with the topic's schema."""
+    fields = []
+    for field in TOPICS[topic].schema.fields:
+        if isinstance(field.dataType, TimestampType):
+            column = _timestamp(field.name)
+        else:
+            column = F.expr(f"try_variant_get({JSON}, '$.{field.name}', '{field.dataType.simpleString()}')")
+        fields.append(column.alias(field.name))
+    return F.struct(*fields)
+
+
+def with_json(raw: DataFrame, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """Add the parsed VARIANT (NULL for invalid JSON, invalid UTF-8 or oversized lines)."""
+    usable = (F.length("value") <= max_line_bytes) & F.expr("is_valid_utf8(cast(value AS STRING))")
+    return raw.withColumn(JSON, F.when(usable, F.expr("try_parse_json(cast(value AS STRING))")))
+
+
+def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """Lines of one topic (``value`` binary plus any metadata) with ``reason``, ``event_id``,
+    ``event_time``, ``event_date`` and the typed ``record`` (both NULL when rejected)."""
+    if topic not in TOPICS:
+        raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
+    return _parsed(with_json(raw, max_line_bytes), [topic], max_line_bytes, by_topic=False)
+
+
+def parse_topics(raw: DataFrame, topics: Iterable[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """Lines of several topics (a ``topic`` column says which) in one pass: one ``record_<topic>``
+    struct per topic, filled only on that topic's rows."""
+    topics = list(topics)
+    unknown = [topic for topic in topics if topic not in TOPICS]
+    if unknown:
+        raise ValueError(f"unknown topics {unknown} (expected some of {', '.join(TOPICS)})")
+    return _parsed(with_json(raw, max_line_bytes), topics, max_line_bytes, by_topic=True)
+
+
+def _parsed(df: DataFrame, topics: list[str], max_line_bytes: int, by_topic: bool) -> DataFrame:
+    def per_topic(build) -> Column:  # noqa: ANN001 - a Column factory taking a topic
+        if not by_topic:
+            return build(topics[0])
+        result = None
+        for topic in topics:
+            condition = F.col("topic") == topic
+            result = F.when(condition, build(topic)) if result is None else result.when(condition, build(topic))
+        return result
+
+    valid = F.col("reason").isNull()
+    df = df.withColumn("reason", per_topic(lambda t: reason(t, max_line_bytes)))
+    df = df.withColumn("event_time", F.when(valid, per_topic(event_time)))
+    df = df.withColumn("event_id", F.when(valid, per_topic(event_id)))
+    df = df.withColumn("event_date", F.to_date("event_time"))
+    if by_topic:
+        for topic in topics:
+            df = df.withColumn(f"record_{topic}", F.when(valid & (F.col("topic") == topic), record(topic)))
+    else:
+        df = df.withColumn("record", F.when(valid, record(topics[0])))
+    return df.drop(JSON)

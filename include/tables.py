@@ -1,0 +1,150 @@
+"""Lakehouse table names and schemas, shared by the speed, batch and serving layers."""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from include.schemas import TOPICS
+
+
+def bronze(topic: str) -> str:
+    return f"bronze/{topic}"
+
+
+def silver(topic: str) -> str:
+    return f"silver/{topic}"
+
+
+DLQ = "dlq"
+LATE_EVENTS = "late_events"
+INGEST_BATCHES = "ops/ingest_batches"
+STREAM_METRICS = "ops/stream_metrics"
+SPEED_REVENUE = "speed/revenue_by_category_5m"
+SPEED_ORDER_PAYMENTS = "speed/order_payments"
+
+# Where a line came from and when: the same for every source (landing file, Kafka, rate).
+INGEST_METADATA = [
+    StructField("source", StringType()),  # file path, or topic/partition/offset
+    StructField("arrived_at", TimestampType()),  # file modification time or Kafka timestamp
+    StructField("ingested_at", TimestampType()),
+    StructField("batch_id", LongType()),
+]
+
+BRONZE_SCHEMA = StructType(
+    [StructField("value", BinaryType()), *INGEST_METADATA, StructField("event_date", DateType())]
+)
+BRONZE_PARTITIONS = ["event_date"]
+
+
+def silver_schema(topic: str) -> StructType:
+    """The topic's typed fields, its event id and time, ingestion metadata and the event date."""
+    fields = [StructField(f.name, f.dataType, True) for f in TOPICS[topic].schema.fields]
+    if "event_time" not in TOPICS[topic].schema.fieldNames():  # CDC: derived from ts_ms
+        fields.append(StructField("event_time", TimestampType()))
+    return StructType(
+        [
+            *fields,
+            StructField("event_id", StringType()),
+            *INGEST_METADATA,
+            StructField("is_late", BooleanType()),
+            StructField("date", DateType()),
+        ]
+    )
+
+
+SILVER_PARTITIONS = ["date"]
+
+DLQ_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("raw", StringType()),
+        StructField("reason", StringType()),
+        StructField("source", StringType()),
+        StructField("ingested_at", TimestampType()),
+        StructField("batch_id", LongType()),
+    ]
+)
+
+LATE_EVENTS_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("event_id", StringType()),
+        StructField("event_time", TimestampType()),
+        StructField("arrived_at", TimestampType()),
+        StructField("watermark_at_arrival", TimestampType()),
+        StructField("lateness_seconds", DoubleType()),
+        StructField("batch_id", LongType()),
+    ]
+)
+
+# One row per topic per ingest micro-batch: the accounting, and the ingest watermark's state.
+INGEST_BATCHES_SCHEMA = StructType(
+    [
+        StructField("batch_id", LongType()),
+        StructField("topic", StringType()),
+        StructField("bronze_rows", LongType()),
+        StructField("dlq_rows", LongType()),
+        StructField("silver_rows", LongType()),
+        StructField("duplicate_rows", LongType()),
+        StructField("late_rows", LongType()),
+        StructField("max_event_time", TimestampType()),
+        StructField("watermark", TimestampType()),
+        StructField("processed_at", TimestampType()),
+    ]
+)
+
+STREAM_METRICS_SCHEMA = StructType(
+    [
+        StructField("query", StringType()),
+        StructField("run_id", StringType()),
+        StructField("batch_id", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("input_rows", LongType()),
+        StructField("input_rows_per_second", DoubleType()),
+        StructField("processed_rows_per_second", DoubleType()),
+        StructField("batch_duration_ms", LongType()),
+        StructField("duration_ms", StringType()),  # JSON: Spark's durationMs breakdown
+        StructField("watermark", TimestampType()),
+        StructField("state_rows", LongType()),
+        StructField("rows_dropped_by_watermark", LongType()),
+        StructField("output_rows", LongType()),
+        StructField("join_matches", LongType()),
+    ]
+)
+
+REVENUE_SCHEMA = StructType(
+    [
+        StructField("window_start", TimestampType()),
+        StructField("window_end", TimestampType()),
+        StructField("category", StringType()),
+        StructField("revenue", DoubleType()),
+        StructField("orders", LongType()),
+        StructField("unique_buyers", LongType()),
+        StructField("date", DateType()),
+    ]
+)
+
+ORDER_PAYMENTS_SCHEMA = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("user_id", StringType()),
+        StructField("category", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("order_time", TimestampType()),
+        StructField("payment_id", StringType()),
+        StructField("paid_amount", DoubleType()),
+        StructField("pay_time", TimestampType()),
+        StructField("status", StringType()),
+        StructField("date", DateType()),
+    ]
+)
