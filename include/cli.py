@@ -10,6 +10,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from datetime import date, datetime, time, timedelta, timezone
@@ -141,6 +142,18 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
+    from speed_layer.runner import StreamFailed, ingest_totals, run_stream
+
+    try:
+        store = run_stream(settings, available_now=args.available_now)
+    except StreamFailed as exc:
+        print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return 1
+    print(format_rows(ingest_totals(store), args.format))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
@@ -170,14 +183,35 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--duration", type=positive(float), help="with --follow: stop after this many seconds")
     gen.add_argument("--format", choices=FORMATS, default="table")
     gen.set_defaults(handler=cmd_generate)
+
+    stream = commands.add_parser(
+        "stream", parents=[common], help="run the speed layer",
+        description="Run the speed layer: ingest (Bronze, Silver, DLQ, late_events) and the "
+        "streaming Gold views. SIGTERM/SIGINT stop it after the current micro-batch.",
+    )
+    stream.add_argument("--available-now", action="store_true",
+                        help="process everything landed so far, in micro-batches, then exit")
+    stream.add_argument("--trigger-interval", help="micro-batch interval when running continuously (default 5s)")
+    stream.add_argument("--max-files-per-trigger", type=positive(int), help="landing files per topic per micro-batch")
+    stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
+    stream.add_argument("--format", choices=FORMATS, default="table")
+    stream.set_defaults(handler=cmd_stream)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    overrides = {
+        "home": args.home,
+        "trigger_interval": getattr(args, "trigger_interval", None),
+        "max_files_per_trigger": getattr(args, "max_files_per_trigger", None),
+        "event_source": getattr(args, "source", None),
+    }
     try:
-        settings = load_settings(home=args.home)
+        settings = load_settings(**overrides)
         return args.handler(args, settings)
     except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)

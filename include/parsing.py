@@ -164,42 +164,62 @@ def with_json(raw: DataFrame, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> D
     return raw.withColumn(JSON, F.when(usable, F.expr("try_parse_json(cast(value AS STRING))")))
 
 
-def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
-    """Lines of one topic (``value`` binary plus any metadata) with ``reason``, ``event_id``,
-    ``event_time``, ``event_date`` and the typed ``record`` (both NULL when rejected)."""
-    if topic not in TOPICS:
-        raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
-    return _parsed(with_json(raw, max_line_bytes), [topic], max_line_bytes, by_topic=False)
+class Parser:
+    """Parses lines of one or more topics.
 
+    With one topic the typed event is in ``record``; with several, a ``topic`` column says which
+    topic a line belongs to and each topic's event is in ``record_<topic>``. The Column
+    expressions are built once (building them costs hundreds of JVM round trips), so reuse a
+    parser across micro-batches.
+    """
 
-def parse_topics(raw: DataFrame, topics: Iterable[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
-    """Lines of several topics (a ``topic`` column says which) in one pass: one ``record_<topic>``
-    struct per topic, filled only on that topic's rows."""
-    topics = list(topics)
-    unknown = [topic for topic in topics if topic not in TOPICS]
-    if unknown:
-        raise ValueError(f"unknown topics {unknown} (expected some of {', '.join(TOPICS)})")
-    return _parsed(with_json(raw, max_line_bytes), topics, max_line_bytes, by_topic=True)
+    def __init__(self, topics: Iterable[str], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+        self.topics = list(topics)
+        unknown = [topic for topic in self.topics if topic not in TOPICS]
+        if unknown or not self.topics:
+            raise ValueError(f"unknown topics {unknown} (expected some of {', '.join(TOPICS)})")
+        self.max_line_bytes = max_line_bytes
+        self._stages: list[dict[str, Column]] | None = None
 
-
-def _parsed(df: DataFrame, topics: list[str], max_line_bytes: int, by_topic: bool) -> DataFrame:
-    def per_topic(build) -> Column:  # noqa: ANN001 - a Column factory taking a topic
-        if not by_topic:
-            return build(topics[0])
+    def _per_topic(self, build) -> Column:  # noqa: ANN001 - a Column factory taking a topic
+        if len(self.topics) == 1:
+            return build(self.topics[0])
         result = None
-        for topic in topics:
+        for topic in self.topics:
             condition = F.col("topic") == topic
             result = F.when(condition, build(topic)) if result is None else result.when(condition, build(topic))
         return result
 
-    valid = F.col("reason").isNull()
-    df = df.withColumn("reason", per_topic(lambda t: reason(t, max_line_bytes)))
-    df = df.withColumn("event_time", F.when(valid, per_topic(event_time)))
-    df = df.withColumn("event_id", F.when(valid, per_topic(event_id)))
-    df = df.withColumn("event_date", F.to_date("event_time"))
-    if by_topic:
-        for topic in topics:
-            df = df.withColumn(f"record_{topic}", F.when(valid & (F.col("topic") == topic), record(topic)))
-    else:
-        df = df.withColumn("record", F.when(valid, record(topics[0])))
-    return df.drop(JSON)
+    def stages(self) -> list[dict[str, Column]]:
+        """Columns to add, in stages (each stage uses the ones before)."""
+        if self._stages is None:
+            valid = F.col("reason").isNull()
+            typed = {
+                "event_time": F.when(valid, self._per_topic(event_time)),
+                "event_id": F.when(valid, self._per_topic(event_id)),
+            }
+            if len(self.topics) == 1:
+                typed["record"] = F.when(valid, record(self.topics[0]))
+            else:
+                for topic in self.topics:
+                    typed[f"record_{topic}"] = F.when(valid & (F.col("topic") == topic), record(topic))
+            self._stages = [
+                {"reason": self._per_topic(lambda t: reason(t, self.max_line_bytes))},
+                typed,
+                {"event_date": F.to_date("event_time")},
+            ]
+        return self._stages
+
+    def parse(self, raw: DataFrame) -> DataFrame:
+        """``raw`` (``value`` binary plus any metadata) with ``reason``, ``event_id``,
+        ``event_time``, ``event_date`` and the typed record(s); all but ``reason`` are NULL for
+        a rejected line."""
+        df = with_json(raw, self.max_line_bytes)
+        for stage in self.stages():
+            df = df.withColumns(stage)
+        return df.drop(JSON)
+
+
+def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """Lines of one topic, parsed (see :class:`Parser`)."""
+    return Parser([topic], max_line_bytes).parse(raw)

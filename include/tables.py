@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -15,6 +17,13 @@ from pyspark.sql.types import (
 )
 
 from include.schemas import TOPICS
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """A table schema as Arrow (timestamps in UTC), for rows built on the driver."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 def bronze(topic: str) -> str:
@@ -46,15 +55,27 @@ BRONZE_SCHEMA = StructType(
 BRONZE_PARTITIONS = ["event_date"]
 
 
+def nullable(schema: StructType) -> StructType:
+    """The same schema with every field, nested ones too, nullable (tables hold partial rows)."""
+    return StructType(
+        [
+            StructField(f.name, nullable(f.dataType) if isinstance(f.dataType, StructType) else f.dataType, True)
+            for f in schema.fields
+        ]
+    )
+
+
 def silver_schema(topic: str) -> StructType:
     """The topic's typed fields, its event id and time, ingestion metadata and the event date."""
-    fields = [StructField(f.name, f.dataType, True) for f in TOPICS[topic].schema.fields]
-    if "event_time" not in TOPICS[topic].schema.fieldNames():  # CDC: derived from ts_ms
+    fields = list(nullable(TOPICS[topic].schema).fields)
+    names = TOPICS[topic].schema.fieldNames()
+    if "event_time" not in names:  # CDC: derived from ts_ms
         fields.append(StructField("event_time", TimestampType()))
+    if "event_id" not in names:
+        fields.append(StructField("event_id", StringType()))
     return StructType(
         [
             *fields,
-            StructField("event_id", StringType()),
             *INGEST_METADATA,
             StructField("is_late", BooleanType()),
             StructField("date", DateType()),

@@ -73,11 +73,8 @@ def order_payments(orders: DataFrame, payments: DataFrame, join_window: timedelt
     )
 
 
-# The order in which competing payments of one order rank: earliest, then by id.
-PAYMENT_RANK = (F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
-
-
 def first_payment(order_payment_rows: DataFrame) -> DataFrame:
-    """One row per order: its earliest payment (batch use; the stream keeps it on merge)."""
-    rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*PAYMENT_RANK))
+    """One row per order: its earliest payment (then lowest payment id); unpaid rows rank last."""
+    ranking = (F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
+    rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*ranking))
     return order_payment_rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")

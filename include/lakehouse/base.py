@@ -20,8 +20,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from deltalake import DeltaTable
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    # Rows to write: a Spark DataFrame, or Arrow data already on the driver.
+    Rows = DataFrame | pa.Table
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -150,7 +154,7 @@ class LakehouseStore(ABC):
         committed = self.txn_version(name, txn.app_id)
         return committed is not None and committed >= txn.version
 
-    def append(self, name: str, df: DataFrame, txn: Txn | None = None) -> bool:
+    def append(self, name: str, df: Rows, txn: Txn | None = None) -> bool:
         """Append rows. With a txn, a version already committed is skipped (returns False)."""
 
         if self.is_committed(name, txn):
@@ -169,12 +173,19 @@ class LakehouseStore(ABC):
         return self._retrying(f"append to '{name}'", attempt)
 
     def merge(
-        self, name: str, df: DataFrame, keys: Sequence[str], txn: Txn | None = None
+        self,
+        name: str,
+        df: Rows,
+        keys: Sequence[str],
+        txn: Txn | None = None,
+        update_when: str | None = None,
     ) -> bool:
-        """Upsert rows on ``keys``: matched rows are updated, others inserted."""
+        """Upsert rows on ``keys``: matched rows are updated (only where the SQL condition
+        ``update_when`` holds, if given; ``t.`` is the table, ``s.`` the new row), others inserted."""
         if not keys:
             raise ValueError("merge needs at least one key column")
-        missing = [key for key in keys if key not in df.columns]
+        columns = df.column_names if hasattr(df, "column_names") else df.columns
+        missing = [key for key in keys if key not in columns]
         if missing:
             raise ValueError(f"merge keys {missing} are not columns of the source")
         path = self._require(name)
@@ -186,7 +197,7 @@ class LakehouseStore(ABC):
         def attempt() -> bool:
             if self.is_committed(name, txn):
                 return False
-            self._do_merge(path, data, list(keys), txn)
+            self._do_merge(path, data, list(keys), txn, update_when)
             return True
 
         return self._retrying(f"merge into '{name}'", attempt)
@@ -234,6 +245,14 @@ class LakehouseStore(ABC):
             raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
         return self._do_read(self._require(name), version, timestamp)
 
+    def select_arrow(self, name: str, columns: Sequence[str], where: str | None = None) -> pa.Table:
+        """A small filtered projection as Arrow, without a Spark job (the speed layer reads its
+        own state this way). ``where`` is SQL both engines accept, e.g.
+        ``event_time >= CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)``."""
+        if not columns:
+            raise ValueError("select_arrow needs at least one column")
+        return self._do_select(self._require(name), list(columns), where)
+
     def version(self, name: str) -> int:
         return DeltaTable(self._require(name)).version()
 
@@ -278,7 +297,7 @@ class LakehouseStore(ABC):
     def _is_conflict(self, exc: Exception) -> bool: ...
 
     @abstractmethod
-    def _prepare(self, path: str, df: DataFrame) -> Any:
+    def _prepare(self, path: str, df: Rows) -> Any:
         """Materialise ``df`` once for writing, so retries do not recompute it."""
 
     @abstractmethod
@@ -290,13 +309,18 @@ class LakehouseStore(ABC):
     def _do_append(self, path: str, data: Any, txn: Txn | None) -> None: ...
 
     @abstractmethod
-    def _do_merge(self, path: str, data: Any, keys: list[str], txn: Txn | None) -> None: ...
+    def _do_merge(
+        self, path: str, data: Any, keys: list[str], txn: Txn | None, update_when: str | None
+    ) -> None: ...
 
     @abstractmethod
     def _do_replace(self, path: str, data: Any, predicate: str, txn: Txn | None) -> None: ...
 
     @abstractmethod
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...
+
+    @abstractmethod
+    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table: ...
 
     @abstractmethod
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]: ...

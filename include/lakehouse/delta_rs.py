@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import Transaction
 
@@ -40,9 +40,9 @@ class DeltaRsStore(LakehouseStore):
         """The snapshot a commit builds on (a seam tests use to force concurrent commits)."""
         return DeltaTable(path)
 
-    def _prepare(self, path: str, df: DataFrame) -> pa.Table:
-        """Spark rows as Arrow, conformed to the table's column order, types and nullability."""
-        data = df.toArrow()
+    def _prepare(self, path: str, df: DataFrame | pa.Table) -> pa.Table:
+        """Rows as Arrow, conformed to the table's column order, types and nullability."""
+        data = df if isinstance(df, pa.Table) else df.toArrow()
         if not DeltaTable.is_deltatable(path):
             return data.cast(pa.schema([field.with_nullable(True) for field in data.schema]))
         target = pa.schema(DeltaTable(path).schema().to_arrow())
@@ -71,7 +71,9 @@ class DeltaRsStore(LakehouseStore):
             commit_properties=_commit_properties(txn),
         )
 
-    def _do_merge(self, path: str, data: pa.Table, keys: list[str], txn: Txn | None) -> None:
+    def _do_merge(
+        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None
+    ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         (
             self._open(path)
@@ -79,7 +81,7 @@ class DeltaRsStore(LakehouseStore):
                 data, predicate, source_alias="s", target_alias="t",
                 commit_properties=_commit_properties(txn),
             )
-            .when_matched_update_all()
+            .when_matched_update_all(predicate=update_when)
             .when_not_matched_insert_all()
             .execute()
         )
@@ -102,6 +104,15 @@ class DeltaRsStore(LakehouseStore):
             return self.spark.createDataFrame([], schema)
         # Partition values live in the file paths; basePath lets Spark recover them.
         return self.spark.read.schema(schema).option("basePath", path).parquet(*files)
+
+    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
+        table = DeltaTable(path)
+        quoted = ", ".join(f'"{column}"' for column in columns)
+        sql = f"SELECT {quoted} FROM t" + (f" WHERE {where}" if where else "")
+        result = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql)).read_all()
+        # DataFusion answers with view types (string_view); give callers the table's own types.
+        schema = pa.schema(table.schema().to_arrow())
+        return result.cast(pa.schema([schema.field(column) for column in columns]))
 
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
         return [

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
 
 if TYPE_CHECKING:
@@ -29,7 +31,9 @@ class DeltaSparkStore(LakehouseStore):
 
         return isinstance(exc, ConcurrentModificationException)
 
-    def _prepare(self, path: str, df: DataFrame) -> DataFrame:
+    def _prepare(self, path: str, df: DataFrame | pa.Table) -> DataFrame:
+        if isinstance(df, pa.Table):
+            return self.spark.createDataFrame(df)
         return df
 
     def _writer(self, df: DataFrame, txn: Txn | None):  # noqa: ANN202
@@ -53,7 +57,9 @@ class DeltaSparkStore(LakehouseStore):
     def _do_append(self, path: str, data: DataFrame, txn: Txn | None) -> None:
         self._writer(data, txn).mode("append").save(path)
 
-    def _do_merge(self, path: str, data: DataFrame, keys: list[str], txn: Txn | None) -> None:
+    def _do_merge(
+        self, path: str, data: DataFrame, keys: list[str], txn: Txn | None, update_when: str | None
+    ) -> None:
         condition = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         conf = self.spark.conf
         if txn is not None:
@@ -63,7 +69,7 @@ class DeltaSparkStore(LakehouseStore):
             (
                 self._table(path).alias("t")
                 .merge(data.alias("s"), condition)
-                .whenMatchedUpdateAll()
+                .whenMatchedUpdateAll(condition=update_when)
                 .whenNotMatchedInsertAll()
                 .execute()
             )
@@ -83,6 +89,12 @@ class DeltaSparkStore(LakehouseStore):
             utc = timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
             reader = reader.option("timestampAsOf", utc)
         return reader.load(path)
+
+    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
+        df = self.spark.read.format("delta").load(path)
+        if where:
+            df = df.where(where)
+        return df.select(*columns).toArrow()
 
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
         history = self._table(path).history(limit) if limit else self._table(path).history()

@@ -1,0 +1,127 @@
+"""Stream metrics and heartbeat.
+
+A StreamingQueryListener turns every query progress into a ``stream_metrics`` row (input rows,
+rates, where the batch time went, watermark, state rows, rows dropped by watermark, output rows,
+join matches). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
+calls every few seconds along with writing the heartbeat file the supervisor reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.streaming import StreamingQueryListener
+
+from include import tables
+from include.lakehouse import LakehouseStore
+
+log = logging.getLogger(__name__)
+HEARTBEAT_FILE = "stream-heartbeat.json"
+
+
+def _instant(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+class StreamMetrics(StreamingQueryListener):
+    def __init__(self, store: LakehouseStore, run_dir: Path) -> None:
+        self.store = store
+        self.heartbeat_path = run_dir / HEARTBEAT_FILE
+        self.started_at = datetime.now(timezone.utc)
+        self._lock = threading.Lock()
+        self._rows: list[dict[str, Any]] = []
+        self._join_matches: dict[tuple[str, int], int] = {}
+        self.queries: dict[str, dict[str, Any]] = {}
+        self._names: dict[str, str] = {}
+        store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA)
+
+    # ---- called from foreachBatch functions -----------------------------------------------
+    def note_batch(self, query: str, batch_id: int, rows: pa.Table) -> None:
+        if "status" in rows.column_names:
+            matches = sum(1 for status in rows.column("status").to_pylist() if status == "paid")
+            with self._lock:
+                self._join_matches[(query, batch_id)] = matches
+
+    # ---- listener callbacks (Spark's listener thread) --------------------------------------
+    def onQueryStarted(self, event: Any) -> None:
+        with self._lock:
+            self._names[str(event.id)] = event.name
+            self.queries[event.name] = {"status": "running", "started_at": datetime.now(timezone.utc).isoformat()}
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        operators = progress.stateOperators or []
+        now = datetime.now(timezone.utc)
+        with self._lock:
+            self._rows.append(
+                {
+                    "query": progress.name,
+                    "run_id": str(progress.runId),
+                    "batch_id": progress.batchId,
+                    "timestamp": _instant(progress.timestamp),
+                    "input_rows": progress.numInputRows,
+                    "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
+                    "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
+                    "batch_duration_ms": progress.batchDuration,
+                    "duration_ms": json.dumps(progress.durationMs),
+                    "watermark": _instant((progress.eventTime or {}).get("watermark")),
+                    "state_rows": sum(op.numRowsTotal for op in operators),
+                    "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
+                    "output_rows": progress.sink.numOutputRows if progress.sink else None,
+                    "join_matches": self._join_matches.pop((progress.name, progress.batchId), None),
+                }
+            )
+            entry = self.queries.setdefault(progress.name, {"status": "running"})
+            entry.update(batch_id=progress.batchId, last_progress_at=now.isoformat())
+            if progress.numInputRows:
+                entry["last_input_at"] = now.isoformat()
+
+    def onQueryIdle(self, event: Any) -> None:
+        with self._lock:
+            self.queries.setdefault(event.name, {})["last_idle_at"] = datetime.now(timezone.utc).isoformat()
+
+    def onQueryTerminated(self, event: Any) -> None:
+        with self._lock:
+            entry = self.queries.setdefault(self._names.get(str(event.id), str(event.id)), {})
+            entry.update(status="failed" if event.exception else "stopped", exception=event.exception)
+
+    # ---- runner side ----------------------------------------------------------------------
+    def flush(self) -> int:
+        """Commit buffered metric rows; returns how many."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if rows:
+            table = pa.Table.from_pylist(rows, schema=tables.arrow_schema(tables.STREAM_METRICS_SCHEMA))
+            self.store.append(tables.STREAM_METRICS, table)
+        return len(rows)
+
+    def write_heartbeat(self, state: str) -> None:
+        """Atomically replace the heartbeat file: pid, state, and per-query progress times."""
+        with self._lock:
+            body = {
+                "pid": os.getpid(),
+                "state": state,
+                "started_at": self.started_at.isoformat(),
+                "heartbeat_at": datetime.now(timezone.utc).isoformat(),
+                "queries": dict(self.queries),
+            }
+        self.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.heartbeat_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body, indent=1, default=str), encoding="utf-8")
+        os.replace(temporary, self.heartbeat_path)
+
+
+def read_heartbeat(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / HEARTBEAT_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))

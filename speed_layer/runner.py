@@ -1,0 +1,158 @@
+"""The stream runner: all speed-layer queries in one Spark application.
+
+``available_now`` processes everything landed so far and returns: first the ingest query (in
+micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance between them),
+then the Gold queries over the feeds ingest wrote. Otherwise all queries run continuously on a
+processing-time trigger until SIGTERM/SIGINT, which stops them after their current micro-batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from include import tables
+from include.config import Settings
+from include.lakehouse import LakehouseStore, open_store
+from include.schemas import TOPIC_NAMES
+from include.spark import get_spark
+from speed_layer.gold import ensure_gold_tables, order_payments_writer, revenue_writer
+from speed_layer.ingest import APP_ID as INGEST_QUERY
+from speed_layer.ingest import IngestBatch, ensure_ingest_tables
+from speed_layer.metrics import StreamMetrics
+from speed_layer.sources import open_source
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 2.0
+GRACEFUL_STOP_SECONDS = 300
+
+
+class StreamFailed(RuntimeError):
+    """A streaming query died; the message names it and says why."""
+
+
+def ingest_writer(spark: SparkSession, settings: Settings, store: LakehouseStore) -> DataStreamWriter:
+    topics = ("orders",) if settings.event_source == "rate" else TOPIC_NAMES
+    ensure_ingest_tables(store, topics)
+    return (
+        open_source(spark, settings)
+        .writeStream.queryName(INGEST_QUERY)
+        .foreachBatch(IngestBatch(settings, store, topics))
+    )
+
+
+def _start(settings: Settings, writer: DataStreamWriter, name: str, available_now: bool) -> StreamingQuery:
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds()} seconds")
+    return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
+
+
+def _stop_gracefully(queries: list[StreamingQuery]) -> None:
+    """Let each query finish the micro-batch it is in, then stop it."""
+    deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
+    for query in queries:
+        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        query.stop()
+
+
+def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: threading.Event) -> None:
+    """Wait until the queries end (or ``stop``), keeping metrics and the heartbeat fresh."""
+    try:
+        while any(query.isActive for query in queries):
+            if stop.is_set():
+                log.info("stop requested: finishing the current micro-batches")
+                _stop_gracefully(queries)
+                break
+            metrics.flush()
+            metrics.write_heartbeat("running")
+            stop.wait(HEARTBEAT_SECONDS)
+    finally:
+        for query in queries:
+            error = query.exception()
+            if error is not None:
+                _stop_gracefully([q for q in queries if q.isActive])
+                raise StreamFailed(f"streaming query '{query.name}' failed: {_root_cause(str(error))}")
+
+
+def _root_cause(message: str) -> str:
+    """The innermost 'SomeError: message' line of a (Python-in-JVM) traceback."""
+    causes = [
+        line.strip() for line in message.splitlines()
+        if re.match(r"^\s*[\w.]+(Error|Exception|Invalid|Conflict)\b[^:]*: ", line)
+    ]
+    return causes[-1] if causes else message.strip().splitlines()[0]
+
+
+def ingest_totals(store: LakehouseStore) -> list[dict]:
+    """Per topic, everything ingest has accounted for so far."""
+    rows = store.select_arrow(
+        tables.INGEST_BATCHES,
+        ["topic", "bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows", "late_rows"],
+    )
+    if rows.num_rows == 0:
+        return []
+    totals = rows.group_by("topic").aggregate(
+        [(column, "sum") for column in ("bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows", "late_rows")]
+    )
+    totals = totals.take(pc.sort_indices(totals, [("topic", "ascending")]))
+    return [
+        {key.removesuffix("_rows_sum"): value for key, value in row.items()}
+        for row in totals.to_pylist()
+    ]
+
+
+def run_stream(
+    settings: Settings,
+    available_now: bool = False,
+    stop: threading.Event | None = None,
+    on_started: Callable[[], None] | None = None,
+) -> LakehouseStore:
+    """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`."""
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    spark = get_spark(settings, app_name="lambdalake-stream")
+    store = open_store(settings, spark)
+    ensure_gold_tables(store)
+    metrics = StreamMetrics(store, settings.run_dir)
+    spark.streams.addListener(metrics)
+    try:
+        ingest = ingest_writer(spark, settings, store)
+        gold = {
+            "speed_revenue": revenue_writer(spark, settings, store, on_batch=metrics.note_batch),
+            "speed_order_payments": order_payments_writer(spark, settings, store, on_batch=metrics.note_batch),
+        }
+        metrics.write_heartbeat("starting")
+        if on_started:
+            on_started()
+        if available_now:
+            _supervise([_start(settings, ingest, INGEST_QUERY, True)], metrics, stop)
+            if not stop.is_set():
+                _supervise([_start(settings, w, name, True) for name, w in gold.items()], metrics, stop)
+        else:
+            queries = [_start(settings, ingest, INGEST_QUERY, False)]
+            queries += [_start(settings, w, name, False) for name, w in gold.items()]
+            _supervise(queries, metrics, stop)
+    finally:
+        metrics.flush()
+        metrics.write_heartbeat("stopped")
+        spark.streams.removeListener(metrics)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return store
