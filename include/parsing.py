@@ -181,6 +181,10 @@ class Parser:
         self.max_line_bytes = max_line_bytes
         self._stages: list[dict[str, Column]] | None = None
 
+    def record_column(self, topic: str) -> str:
+        """The column holding ``topic``'s typed events."""
+        return "record" if len(self.topics) == 1 else f"record_{topic}"
+
     def _per_topic(self, build) -> Column:  # noqa: ANN001 - a Column factory taking a topic
         if len(self.topics) == 1:
             return build(self.topics[0])
@@ -198,11 +202,9 @@ class Parser:
                 "event_time": F.when(valid, self._per_topic(event_time)),
                 "event_id": F.when(valid, self._per_topic(event_id)),
             }
-            if len(self.topics) == 1:
-                typed["record"] = F.when(valid, record(self.topics[0]))
-            else:
-                for topic in self.topics:
-                    typed[f"record_{topic}"] = F.when(valid & (F.col("topic") == topic), record(topic))
+            for topic in self.topics:
+                mine = valid if len(self.topics) == 1 else valid & (F.col("topic") == topic)
+                typed[self.record_column(topic)] = F.when(mine, record(topic))
             self._stages = [
                 {"reason": self._per_topic(lambda t: reason(t, self.max_line_bytes))},
                 typed,

@@ -159,20 +159,19 @@ class IngestBatch:
     ) -> tuple[pa.Table, int]:
         """Silver rows (first copy of each event id) and how many duplicates were removed."""
         if valid.num_rows == 0:
-            return self._silver_columns(topic, valid), 0
+            return self._silver_columns(valid, topic), 0
         order = pc.sort_indices(valid, [("event_id", "ascending"), ("arrived_at", "ascending"), ("source", "ascending")])
         ordered = valid.take(order).append_column("_row", pa.array(range(valid.num_rows), pa.int64()))
         first = ordered.group_by("event_id", use_threads=False).aggregate([("_row", "min")])
-        unique = ordered.take(pc.sort_indices(first["_row_min"]))
+        unique = ordered.take(first["_row_min"])
         if watermark is not None:
             seen = self.recent_ids(topic, batch_id, watermark - self.delay)
             if len(seen):
                 unique = unique.filter(pc.invert(pc.is_in(unique["event_id"], value_set=seen)))
-        return self._silver_columns(topic, unique), valid.num_rows - unique.num_rows
+        return self._silver_columns(unique, topic), valid.num_rows - unique.num_rows
 
-    @staticmethod
-    def _silver_columns(topic: str, valid: pa.Table) -> pa.Table:
-        record = valid.column(f"record_{topic}").combine_chunks()
+    def _silver_columns(self, valid: pa.Table, topic: str) -> pa.Table:
+        record = valid.column(self.parser.record_column(topic)).combine_chunks()
         columns = {field.name: record.field(field.name) for field in TOPICS[topic].schema.fields}
         for name in ("event_time", "event_id", "source", "arrived_at", "ingested_at", "batch_id"):
             columns.setdefault(name, valid.column(name))

@@ -87,7 +87,8 @@ class StreamMetrics(StreamingQueryListener):
 
     def onQueryIdle(self, event: Any) -> None:
         with self._lock:
-            self.queries.setdefault(event.name, {})["last_idle_at"] = datetime.now(timezone.utc).isoformat()
+            name = self._names.get(str(event.id), str(event.id))
+            self.queries.setdefault(name, {})["last_idle_at"] = datetime.now(timezone.utc).isoformat()
 
     def onQueryTerminated(self, event: Any) -> None:
         with self._lock:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
-GRACEFUL_STOP_SECONDS = 300
+GRACEFUL_STOP_SECONDS = 120
 
 
 class StreamFailed(RuntimeError):
@@ -60,22 +60,37 @@ def _start(settings: Settings, writer: DataStreamWriter, name: str, available_no
     return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
 
 
+def _finished_batch(query: StreamingQuery) -> int:
+    progress = query.lastProgress
+    return progress["batchId"] if progress else -1
+
+
 def _stop_gracefully(queries: list[StreamingQuery]) -> None:
-    """Let each query finish the micro-batch it is in, then stop it."""
+    """Let the micro-batch each query is in finish, then stop it.
+
+    Spark has no "stop after this batch"; a batch that starts in the instant between is
+    interrupted, which is safe: its writes carry transaction ids and it is replayed on restart.
+    """
+    in_flight = {
+        query.id: _finished_batch(query) for query in queries if query.isActive and query.status["isTriggerActive"]
+    }
     deadline = time.monotonic() + GRACEFUL_STOP_SECONDS
     for query in queries:
-        while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
-            time.sleep(0.2)
+        if query.id in in_flight:
+            while query.isActive and _finished_batch(query) <= in_flight[query.id] and time.monotonic() < deadline:
+                time.sleep(0.05)
         query.stop()
 
 
 def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: threading.Event) -> None:
     """Wait until the queries end (or ``stop``), keeping metrics and the heartbeat fresh."""
+    stopped_by_us = False
     try:
         while any(query.isActive for query in queries):
             if stop.is_set():
                 log.info("stop requested: finishing the current micro-batches")
                 _stop_gracefully(queries)
+                stopped_by_us = True
                 break
             metrics.flush()
             metrics.write_heartbeat("running")
@@ -83,9 +98,13 @@ def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: thre
     finally:
         for query in queries:
             error = query.exception()
-            if error is not None:
-                _stop_gracefully([q for q in queries if q.isActive])
-                raise StreamFailed(f"streaming query '{query.name}' failed: {_root_cause(str(error))}")
+            if error is None:
+                continue
+            if stopped_by_us:  # an interruption we caused; the batch replays on restart
+                log.warning("query '%s' interrupted while stopping: %s", query.name, _root_cause(str(error)))
+                continue
+            _stop_gracefully([q for q in queries if q.isActive])
+            raise StreamFailed(f"streaming query '{query.name}' failed: {_root_cause(str(error))}")
 
 
 def _root_cause(message: str) -> str:

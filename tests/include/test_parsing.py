@@ -1,0 +1,97 @@
+"""The shared parser: every bad line gets a precise reason; valid lines become typed events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+
+from include.parsing import Parser, parse_topic
+
+ORDER = {"order_id": "o1", "user_id": "u1", "product_id": "p1", "category": "books", "amount": 12.5,
+         "event_time": "2026-11-20T10:00:00Z"}
+
+
+def line(**changes):
+    record = {**ORDER, **changes}
+    return json.dumps({k: v for k, v in record.items() if v is not ...}).encode()
+
+
+CASES = [
+    ("invalid JSON", b'{"order_id": "o1", "amount": '),
+    ("invalid UTF-8", b'{"order_id": "\xff\xfe"}'),
+    ("line too long: 2100 bytes (limit 2048)", b"x" * 2100),
+    ("not a JSON object", b"[1, 2, 3]"),
+    ("missing field 'amount'", line(amount=...)),
+    ("missing field 'event_time'", line(event_time=...)),
+    ("null value for required field 'user_id'", line(user_id=None)),
+    ("wrong type for 'amount': expected number", line(amount="12.50")),
+    ("wrong type for 'order_id': expected string", line(order_id=17)),
+    ("wrong type for 'event_time': expected timestamp", line(event_time=1763632800)),
+    ("bad timestamp '2026-13-45T99:00:00Z'", line(event_time="2026-13-45T99:00:00Z")),
+    ("bad timestamp '2026-11-20 10:00:00'", line(event_time="2026-11-20 10:00:00")),
+    ("bad timestamp '2026-11-20T10:00:00'", line(event_time="2026-11-20T10:00:00")),
+    ("invalid JSON", b""),
+]
+
+
+@pytest.mark.parametrize(("expected", "raw"), CASES, ids=[c[0] for c in CASES])
+def test_each_bad_line_gets_a_precise_reason(spark, expected, raw):
+    parsed = parse_topic(spark.createDataFrame([(bytearray(raw),)], "value binary"), "orders", max_line_bytes=2048)
+    row = parsed.collect()[0]
+    assert row["reason"] == expected
+    assert row["record"] is None and row["event_time"] is None
+
+
+CDC_CASES = [
+    ("invalid value for 'op': 'x' (expected c, u, d, r)", {"op": "x", "ts_ms": 1, "after": {"customer_id": "C1"}}),
+    ("wrong type for 'ts_ms': expected integer", {"op": "c", "ts_ms": "yesterday", "after": {"customer_id": "C1"}}),
+    ("missing field 'after' for op 'c'", {"op": "c", "ts_ms": 1, "after": None}),
+    ("missing field 'before' for op 'd'", {"op": "d", "ts_ms": 1, "after": None}),
+    ("missing field 'after.customer_id'", {"op": "u", "ts_ms": 1, "after": {"name": "x"}}),
+    ("wrong type for 'after': expected object", {"op": "u", "ts_ms": 1, "after": "C1"}),
+]
+
+
+@pytest.mark.parametrize(("expected", "record"), CDC_CASES, ids=[c[0] for c in CDC_CASES])
+def test_cdc_envelope_rules(spark, expected, record):
+    raw = bytearray(json.dumps(record).encode())
+    assert parse_topic(spark.createDataFrame([(raw,)], "value binary"), "customers_cdc").collect()[0]["reason"] == expected
+
+
+def test_valid_lines_are_typed_and_times_normalised_to_utc(spark):
+    lines = [
+        line(event_time="2026-11-20T11:00:00.250+01:00", extra_field="ignored"),
+        line(order_id="o2", amount=3),
+    ]
+    rows = parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), "orders").collect()
+    assert [r["reason"] for r in rows] == [None, None]
+    # Collected timestamps are naive in the session time zone, which is UTC.
+    assert rows[0]["event_time"] == datetime(2026, 11, 20, 10, 0, 0, 250000)
+    assert rows[0]["event_id"] == "o1" and rows[0]["record"]["amount"] == 12.5
+    assert rows[1]["record"]["amount"] == 3.0
+    assert str(rows[0]["event_date"]) == "2026-11-20"
+
+
+def test_event_ids_of_every_topic(spark):
+    lines = [
+        ("sensors", {"device_id": "D1", "temperature": 20.5, "humidity": 40, "event_time": "2026-11-20T10:00:00.037Z"}),
+        ("customers_cdc", {"op": "d", "ts_ms": 1763632800000, "before": {"customer_id": "C7"}, "after": None}),
+        ("clicks", {"event_id": "e1", "user_id": "u", "session_id": "s", "page_url": "/", "action": "view",
+                    "device_type": "mobile", "event_time": "2026-11-20T10:00:00Z"}),
+        ("payments", {"payment_id": "p1", "order_id": "o1", "amount": 1.5, "method": "card", "event_time": "2026-11-20T10:00:00Z"}),
+    ]
+    df = spark.createDataFrame([(t, bytearray(json.dumps(r).encode())) for t, r in lines], "topic string, value binary")
+    rows = {r["topic"]: r for r in Parser([t for t, _ in lines]).parse(df).collect()}
+    assert {t: r["reason"] for t, r in rows.items()} == dict.fromkeys(rows)
+    assert rows["sensors"]["event_id"] == "D1|2026-11-20T10:00:00.037Z"
+    assert rows["customers_cdc"]["event_id"] == "C7|1763632800000"
+    assert rows["clicks"]["event_id"] == "e1" and rows["payments"]["event_id"] == "p1"
+    assert rows["customers_cdc"]["record_customers_cdc"]["before"]["customer_id"] == "C7"
+    assert rows["clicks"]["record_payments"] is None  # each topic's record only on its own rows
+
+
+def test_unknown_topic_is_rejected():
+    with pytest.raises(ValueError, match="unknown topics"):
+        Parser(["nope"])
