@@ -112,7 +112,9 @@ def _cdc_problems() -> list[tuple[Column, Column]]:
 def reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Column:
     """Why a line of ``topic`` is rejected, or NULL when it is a valid event.
 
-    Needs ``value`` (the line's bytes) and ``_json`` (see :func:`with_json`).
+    Needs ``value`` (the line's bytes) and the columns :class:`Parser` adds before it. Lines that
+    pass the one-shot :func:`looks_valid` check skip the field-by-field checks, which exist to
+    name the first problem precisely.
     """
     size = F.length(F.col("value"))
     checks: list[tuple[Column, Column]] = [
@@ -120,8 +122,10 @@ def reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Column:
          F.format_string(f"line too long: %d bytes (limit {max_line_bytes})", size)),
         (~F.expr("is_valid_utf8(cast(value AS STRING))"), F.lit("invalid UTF-8")),
         (F.col(JSON).isNull(), F.lit("invalid JSON")),
-        (~F.expr(f"schema_of_variant({JSON})").startswith("OBJECT"), F.lit("not a JSON object")),
+        (~F.col(SHAPE).startswith("OBJECT"), F.lit("not a JSON object")),
     ]
+    if topic != "customers_cdc":  # tiny topic with nested rules: always checked field by field
+        checks.append((looks_valid(topic), F.lit(None).cast("string")))
     checks += _cdc_problems() if topic == "customers_cdc" else _field_problems(topic, TOPICS[topic].schema)
     result = None
     for condition, text in checks:
@@ -129,31 +133,85 @@ def reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Column:
     return result.otherwise(F.lit(None).cast("string"))
 
 
+SHAPE = "_shape"  # schema_of_variant of the whole line, e.g. OBJECT<amount: DECIMAL(4,2), ...>
+TYPE_PATTERNS = {
+    "string": "STRING",
+    "timestamp": "STRING",
+    "integer": "(?:TINYINT|SMALLINT|INT|BIGINT)",
+    "number": r"(?:TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\))",
+}
+
+
+def raw_struct(topic: str) -> str:
+    """DDL of the topic's fields as they appear in JSON (timestamps still strings)."""
+    fields = []
+    for field in TOPICS[topic].schema.fields:
+        kind = "string" if isinstance(field.dataType, TimestampType) else field.dataType.simpleString()
+        fields.append(f"`{field.name}` {kind}")
+    return f"struct<{', '.join(fields)}>"
+
+
+def raw_column(topic: str) -> str:
+    return f"_raw_{topic}"
+
+
+def time_column(topic: str) -> str:
+    return f"_time_{topic}"
+
+
+def shape_pattern(topic: str) -> str:
+    """A regex the line's shape matches when every field has its JSON type (extra fields allowed;
+    schema_of_variant lists fields sorted by name)."""
+    required = sorted((f for f in TOPICS[topic].schema.fields if not f.nullable), key=lambda f: f.name)
+    optional = [f for f in TOPICS[topic].schema.fields if f.nullable]
+    guards = "".join(
+        f"(?!.*(?:<|, ){f.name}: (?!{TYPE_PATTERNS[_json_type(f.dataType)]}|VOID)[A-Z])" for f in optional
+    )
+    body = ".*?".join(
+        f"(?:<|, ){f.name}: {TYPE_PATTERNS[_json_type(f.dataType)]}(?=, |>)" for f in required
+    )
+    return f"^{guards}OBJECT.*?{body}.*>$"
+
+
+def looks_valid(topic: str) -> Column:
+    """One-shot validity: field types from the line's shape, values from the struct cast."""
+    raw = F.col(raw_column(topic))
+    ok = F.col(SHAPE).rlike(shape_pattern(topic))
+    for field in TOPICS[topic].schema.fields:
+        if not field.nullable:
+            ok = ok & raw[field.name].isNotNull()  # guards against a same-named nested field
+        if isinstance(field.dataType, TimestampType):
+            ok = ok & F.col(time_column(topic)).isNotNull()
+        allowed = ENUMS.get((topic, field.name))
+        if allowed:
+            ok = ok & raw[field.name].isin(*allowed)
+    return ok
+
+
 def event_time(topic: str) -> Column:
     if topic == "customers_cdc":
-        return F.timestamp_millis(F.expr(f"variant_get({JSON}, '$.ts_ms', 'bigint')"))
-    return _timestamp("event_time")
+        return F.timestamp_millis(F.col(raw_column(topic))["ts_ms"])
+    return F.col(time_column(topic))
 
 
 def event_id(topic: str) -> Column:
     """The event's own id (ARCHITECTURE.md, late_events)."""
+    raw = F.col(raw_column(topic))
     if topic == "sensors":
         utc = F.date_format(event_time(topic), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
-        return F.concat_ws("|", _string("device_id"), utc)
+        return F.concat_ws("|", raw["device_id"], utc)
     if topic == "customers_cdc":
-        customer = F.coalesce(_string("after.customer_id"), _string("before.customer_id"))
-        return F.concat_ws("|", customer, _string("ts_ms"))
-    return _string(TOPICS[topic].id_fields[0])
+        customer = F.coalesce(raw["after"]["customer_id"], raw["before"]["customer_id"])
+        return F.concat_ws("|", customer, raw["ts_ms"].cast("string"))
+    return raw[TOPICS[topic].id_fields[0]]
 
 
 def record(topic: str) -> Column:
     """The typed event as a struct with the topic's schema."""
+    raw = F.col(raw_column(topic))
     fields = []
     for field in TOPICS[topic].schema.fields:
-        if isinstance(field.dataType, TimestampType):
-            column = _timestamp(field.name)
-        else:
-            column = F.expr(f"try_variant_get({JSON}, '$.{field.name}', '{field.dataType.simpleString()}')")
+        column = F.col(time_column(topic)) if isinstance(field.dataType, TimestampType) else raw[field.name]
         fields.append(column.alias(field.name))
     return F.struct(*fields)
 
@@ -198,14 +256,28 @@ class Parser:
         """Columns to add, in stages (each stage uses the ones before)."""
         if self._stages is None:
             valid = F.col("reason").isNull()
+
+            def mine(topic: str) -> Column:
+                return F.lit(True) if len(self.topics) == 1 else F.col("topic") == topic
+
+            raw = {
+                raw_column(t): F.when(mine(t), F.expr(f"try_variant_get({JSON}, '$', '{raw_struct(t)}')"))
+                for t in self.topics
+            }
+            times = {}
+            for t in self.topics:
+                if t != "customers_cdc":
+                    text = F.col(raw_column(t))["event_time"]
+                    times[time_column(t)] = F.when(text.rlike(TIMESTAMP_PATTERN), F.expr(f"try_cast({raw_column(t)}.event_time AS TIMESTAMP)"))
             typed = {
                 "event_time": F.when(valid, self._per_topic(event_time)),
                 "event_id": F.when(valid, self._per_topic(event_id)),
             }
             for topic in self.topics:
-                mine = valid if len(self.topics) == 1 else valid & (F.col("topic") == topic)
-                typed[self.record_column(topic)] = F.when(mine, record(topic))
+                typed[self.record_column(topic)] = F.when(valid & mine(topic), record(topic))
             self._stages = [
+                {SHAPE: F.expr(f"schema_of_variant({JSON})"), **raw},
+                times,
                 {"reason": self._per_topic(lambda t: reason(t, self.max_line_bytes))},
                 typed,
                 {"event_date": F.to_date("event_time")},
@@ -218,8 +290,10 @@ class Parser:
         a rejected line."""
         df = with_json(raw, self.max_line_bytes)
         for stage in self.stages():
-            df = df.withColumns(stage)
-        return df.drop(JSON)
+            if stage:
+                df = df.withColumns(stage)
+        helpers = [JSON, SHAPE, *map(raw_column, self.topics), *(time_column(t) for t in self.topics if t != "customers_cdc")]
+        return df.drop(*helpers)
 
 
 def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:

@@ -39,7 +39,9 @@ PAYMENT_DELAYS = (
     ("never", 0.06, None),
 )
 SESSION_CONVERSION = 0.25
-LATE_EXTRA_MINUTES = (8.0, 40.0)  # beyond the watermark delay, so lateness is unambiguous
+# How far beyond the watermark delay a late event lands: more than one 15-minute landing file,
+# so the stream has certainly moved its watermark past it.
+LATE_EXTRA_MINUTES = (16.0, 45.0)
 
 
 def iso_utc(moment: datetime) -> str:

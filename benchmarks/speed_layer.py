@@ -1,0 +1,114 @@
+"""Speed-layer throughput, side by side with the native ceiling on the same files.
+
+    .venv/bin/python benchmarks/speed_layer.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
+
+1. ``lambdalake generate`` lands N events (no corrupt lines, so pyarrow can read every file).
+2. ``lambdalake stream --available-now`` is timed to completion (wall clock, a fresh process:
+   Spark start-up included) with all views on; events/s = landed lines / seconds.
+3. The native ceiling, in the same run: pyarrow reads each JSON Lines file and writes Parquet.
+Where the stream's time went comes from ``stream_metrics`` (Spark's durationMs per batch).
+Writes a Markdown report to ``benchmarks/results/speed_layer.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parent.parent
+LAMBDALAKE = str(Path(sys.executable).parent / "lambdalake")
+
+
+def run(command: list[str], env: dict) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def native_ceiling(landing: Path, out: Path) -> float:
+    """pyarrow JSON -> Parquet for every landed file, one after another."""
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for number, path in enumerate(sorted(landing.glob("*/*.jsonl"))):
+        pq.write_table(pj.read_json(path), out / f"{number}.parquet")
+    return time.perf_counter() - started
+
+
+def stream_breakdown(home: Path) -> dict[str, float]:
+    from deltalake import DeltaTable
+
+    metrics = DeltaTable(str(home / "lakehouse" / "ops" / "stream_metrics")).to_pyarrow_table().to_pylist()
+    totals: Counter = Counter()
+    for row in metrics:
+        for phase, millis in json.loads(row["duration_ms"]).items():
+            totals[f"{row['query']}.{phase}"] += millis / 1000
+    batches = Counter(row["query"] for row in metrics)
+    return {**{f"{q}.batches": n for q, n in batches.items()}, **dict(totals)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--orders-per-hour", type=float, default=2000)
+    parser.add_argument("--hours", type=float, default=24)
+    parser.add_argument("--file-minutes", type=int, default=60)
+    parser.add_argument("--max-files-per-trigger", type=int, default=1)
+    parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="lambdalake-bench-") as scratch:
+        home = Path(scratch) / "home"
+        env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
+        generate = [LAMBDALAKE, "generate", "--start", "2026-11-20T00:00:00Z", "--hours", str(args.hours),
+                    "--orders-per-hour", str(args.orders_per_hour), "--corrupt-fraction", "0",
+                    "--file-minutes", str(args.file_minutes), "--seed", "1", "--format", "json"]
+        generated = subprocess.run(generate, env=env, check=True, capture_output=True, text=True)
+        lines = sum(row["lines"] for row in json.loads(generated.stdout))
+        files = len(list((home / "landing").glob("*/*.jsonl")))
+        size = sum(p.stat().st_size for p in (home / "landing").glob("*/*.jsonl"))
+
+        native_seconds = native_ceiling(home / "landing", Path(scratch) / "native")
+        stream_seconds = run(
+            [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(args.max_files_per_trigger)], env
+        )
+        breakdown = stream_breakdown(home)
+
+    stream_rate, native_rate = lines / stream_seconds, lines / native_seconds
+    report = [
+        "# Speed-layer benchmark",
+        "",
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z on {platform.node()}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.",
+        f"Input: {lines:,} events in {files} files ({size / 1e6:.1f} MB), all five topics.",
+        "",
+        "| what | seconds | events/s | vs native |",
+        "|---|---:|---:|---:|",
+        f"| `lambdalake stream --available-now` (all views, Spark start-up included) | {stream_seconds:.1f} | {stream_rate:,.0f} | {stream_rate / native_rate:.2f}x |",
+        f"| native ceiling: pyarrow JSON read + Parquet write | {native_seconds:.1f} | {native_rate:,.0f} | 1.00x |",
+        "",
+        "Where the stream's time went (sum of Spark `durationMs` over all micro-batches, seconds):",
+        "",
+        "| query.phase | seconds or batches |",
+        "|---|---:|",
+        *[f"| {key} | {value:.1f} |" for key, value in sorted(breakdown.items())],
+        "",
+    ]
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text("\n".join(report), encoding="utf-8")
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
