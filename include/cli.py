@@ -17,6 +17,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
 from include.config import ConfigError, Settings, load_settings
+from include.lakehouse.base import LakehouseError
 
 FORMATS = ("table", "json", "csv")
 
@@ -154,6 +155,37 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def parse_day(text: str) -> date:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date like 2026-11-20, got '{text}'") from None
+
+
+def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
+    from batch_layer.nightly import run_batch
+
+    rows = run_batch(settings, args.date)
+    print(format_rows(rows, args.format))
+    return 0
+
+
+def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
+    from serving.engine import ServingEngine
+
+    columns, rows = ServingEngine(settings).query(args.sql)
+    print(format_rows([dict(zip(columns, row)) for row in rows], args.format))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from include.lakehouse import open_store
+    from serving.status import view_status
+
+    print(format_rows(view_status(settings, open_store(settings)), args.format))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
@@ -196,6 +228,28 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
     stream.add_argument("--format", choices=FORMATS, default="table")
     stream.set_defaults(handler=cmd_stream)
+
+    batch = commands.add_parser(
+        "batch", parents=[common], help="nightly batch for one event-time day",
+        description="Recompute every batch view of the day from Bronze, reconcile with the speed "
+        "views, and mark the day batch-covered. Idempotent: rerun to restate a stale day.",
+    )
+    batch.add_argument("--date", type=parse_day, required=True, help="event-time day, YYYY-MM-DD (UTC)")
+    batch.add_argument("--format", choices=FORMATS, default="table")
+    batch.set_defaults(handler=cmd_batch)
+
+    query = commands.add_parser(
+        "query", parents=[common], help="read-only SQL over the merged views",
+        description="Run one SELECT/WITH query over revenue_by_category_5m, order_payments, "
+        "late_events, dlq, reconciliation, recovered_late_matches, stream_metrics, ingest_batches.",
+    )
+    query.add_argument("sql", help="one SELECT or WITH statement")
+    query.add_argument("--format", choices=FORMATS, default="table")
+    query.set_defaults(handler=cmd_query)
+
+    status = commands.add_parser("status", parents=[common], help="stream health, coverage, freshness")
+    status.add_argument("--format", choices=FORMATS, default="table")
+    status.set_defaults(handler=cmd_status)
     return parser
 
 
@@ -213,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(**overrides)
         return args.handler(args, settings)
-    except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
+    except (ConfigError, UsageError, ValueError, FileExistsError, LakehouseError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
-
 from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
@@ -88,20 +86,3 @@ def order_payments_writer(spark: SparkSession, settings: Settings, store: Lakeho
             )
         )
     )
-
-
-def with_pending_orders(order_payments_rows: DataFrame, silver_orders: DataFrame) -> DataFrame:
-    """The speed view of order_payments: the stream's paid/unpaid rows plus, as ``pending``, every
-    on-time order the join has not emitted yet (its window is still open)."""
-    emitted = order_payments_rows.select("order_id")
-    pending = (
-        silver_orders.where(~F.col("is_late"))
-        .join(emitted, "order_id", "left_anti")
-        .select(
-            "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
-            F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
-            F.lit(None).cast("timestamp").alias("pay_time"), F.lit("pending").alias("status"),
-            F.to_date("event_time").alias("date"),
-        )
-    )
-    return order_payments_rows.unionByName(pending)

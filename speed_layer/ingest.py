@@ -53,6 +53,20 @@ def feed_struct(topic: str) -> StructType:
     return tables.nullable(TOPICS[topic].schema)
 
 
+def pending_orders(orders: pa.Table) -> pa.Table:
+    """order_payments rows for orders whose join window is still open."""
+    count = orders.num_rows
+    return pa.table(
+        {
+            "order_id": orders["order_id"], "user_id": orders["user_id"], "category": orders["category"],
+            "amount": orders["amount"], "order_time": orders["event_time"],
+            "payment_id": pa.nulls(count, pa.string()), "paid_amount": pa.nulls(count, pa.float64()),
+            "pay_time": pa.nulls(count, UTC_US), "status": pa.array(["pending"] * count),
+            "date": pc.cast(orders["event_time"], pa.date32()),
+        }
+    )
+
+
 def ensure_ingest_tables(store: LakehouseStore, topics: tuple[str, ...]) -> None:
     for topic in topics:
         store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
@@ -60,6 +74,7 @@ def ensure_ingest_tables(store: LakehouseStore, topics: tuple[str, ...]) -> None
     store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
     store.ensure_table(tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA)
     store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
+    store.ensure_table(tables.SPEED_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA, ["date"])
 
 
 class IngestBatch:
@@ -131,7 +146,11 @@ class IngestBatch:
             if late.num_rows:
                 late_parts.append(self._late_rows(topic, late, watermark))
             if topic in FEED_TOPICS:
-                self._write_feed(topic, batch_id, silver.filter(pc.invert(late_mask)))
+                on_time = silver.filter(pc.invert(late_mask))
+                self._write_feed(topic, batch_id, on_time)
+                if topic == "orders" and on_time.num_rows:
+                    # Visible as pending until the join says paid or unpaid (it may already have).
+                    self.store.merge(tables.SPEED_ORDER_PAYMENTS, pending_orders(on_time), ["order_id"], txn, insert_only=True)
             accounting.append(
                 {
                     "batch_id": batch_id, "topic": topic,

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def open_store(settings: Settings, spark: SparkSession, engine: str | None = None) -> LakehouseStore:
-    """The store for ``settings`` (engine from configuration unless given)."""
+def open_store(settings: Settings, spark: SparkSession | None = None, engine: str | None = None) -> LakehouseStore:
+    """The store for ``settings`` (engine from configuration unless given). Without ``spark``,
+    a session is started only when an operation needs one."""
+    from include.spark import get_spark
+
     engine = engine or resolve_engine(settings)
     options = dict(
-        spark=spark,
+        spark=spark if spark is not None else (lambda: get_spark(settings)),
         root=settings.lakehouse_dir,
         commit_retries=settings.commit_retries,
         backoff_seconds=settings.commit_backoff_seconds,

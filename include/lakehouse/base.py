@@ -94,15 +94,21 @@ class LakehouseStore(ABC):
 
     def __init__(
         self,
-        spark: SparkSession,
+        spark: SparkSession | Callable[[], SparkSession],
         root: Path | str,
         commit_retries: int = 8,
         backoff_seconds: float = 0.1,
     ) -> None:
-        self.spark = spark
+        self._spark = spark  # or a factory: commands that never need Spark never start it
         self.root = Path(root)
         self.commit_retries = commit_retries
         self.backoff_seconds = backoff_seconds
+
+    @property
+    def spark(self) -> SparkSession:
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
 
     # ---- naming -------------------------------------------------------------------------
     def path(self, name: str) -> str:
@@ -179,9 +185,13 @@ class LakehouseStore(ABC):
         keys: Sequence[str],
         txn: Txn | None = None,
         update_when: str | None = None,
+        insert_only: bool = False,
     ) -> bool:
         """Upsert rows on ``keys``: matched rows are updated (only where the SQL condition
-        ``update_when`` holds, if given; ``t.`` is the table, ``s.`` the new row), others inserted."""
+        ``update_when`` holds, if given; ``t.`` is the table, ``s.`` the new row), others
+        inserted. With ``insert_only``, matched rows are left as they are."""
+        if insert_only and update_when:
+            raise ValueError("merge takes update_when or insert_only, not both")
         if not keys:
             raise ValueError("merge needs at least one key column")
         columns = df.column_names if hasattr(df, "column_names") else df.columns
@@ -197,7 +207,7 @@ class LakehouseStore(ABC):
         def attempt() -> bool:
             if self.is_committed(name, txn):
                 return False
-            self._do_merge(path, data, list(keys), txn, update_when)
+            self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when)
             return True
 
         return self._retrying(f"merge into '{name}'", attempt)
@@ -252,6 +262,18 @@ class LakehouseStore(ABC):
         if not columns:
             raise ValueError("select_arrow needs at least one column")
         return self._do_select(self._require(name), list(columns), where)
+
+    def partition_row_counts(self, name: str, column: str) -> dict[Any, int]:
+        """Rows per value of partition ``column``, from the Delta log's file statistics (no data
+        is read)."""
+        import pyarrow as pa
+
+        actions = pa.table(DeltaTable(self._require(name)).get_add_actions(flatten=True))
+        key = f"partition.{column}"
+        if key not in actions.column_names:
+            raise ValueError(f"'{column}' is not a partition column of '{name}'")
+        counts = actions.group_by(key).aggregate([("num_records", "sum")]).to_pylist()
+        return {row[key]: row["num_records_sum"] for row in counts}
 
     def version(self, name: str) -> int:
         return DeltaTable(self._require(name)).version()

@@ -75,16 +75,12 @@ class DeltaRsStore(LakehouseStore):
         self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None
     ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
-        (
-            self._open(path)
-            .merge(
-                data, predicate, source_alias="s", target_alias="t",
-                commit_properties=_commit_properties(txn),
-            )
-            .when_matched_update_all(predicate=update_when)
-            .when_not_matched_insert_all()
-            .execute()
+        merger = self._open(path).merge(
+            data, predicate, source_alias="s", target_alias="t", commit_properties=_commit_properties(txn)
         )
+        if update_when != "false":
+            merger = merger.when_matched_update_all(predicate=update_when)
+        merger.when_not_matched_insert_all().execute()
 
     def _do_replace(self, path: str, data: pa.Table, predicate: str, txn: Txn | None) -> None:
         write_deltalake(

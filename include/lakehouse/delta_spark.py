@@ -66,13 +66,10 @@ class DeltaSparkStore(LakehouseStore):
             conf.set(TXN_APP_ID_CONF, txn.app_id)
             conf.set(TXN_VERSION_CONF, str(txn.version))
         try:
-            (
-                self._table(path).alias("t")
-                .merge(data.alias("s"), condition)
-                .whenMatchedUpdateAll(condition=update_when)
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+            merger = self._table(path).alias("t").merge(data.alias("s"), condition)
+            if update_when != "false":
+                merger = merger.whenMatchedUpdateAll(condition=update_when)
+            merger.whenNotMatchedInsertAll().execute()
         finally:
             if txn is not None:
                 conf.unset(TXN_APP_ID_CONF)

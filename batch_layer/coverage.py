@@ -1,0 +1,57 @@
+"""Batch coverage: which days the serving layer takes from the batch views, and which are stale.
+
+A day is covered once its views are written (the coverage row is committed last, in one commit).
+The row fingerprints the Bronze input the run read (rows per topic and event day, from the Delta
+log's statistics); when Bronze later holds more rows for those days, the day is stale and a new
+``lambdalake batch --date`` restates it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timezone
+
+import pyarrow as pa
+
+from include import tables
+from include.config import Settings
+from include.lakehouse import LakehouseStore
+from batch_layer.recompute import days_needed
+
+INPUT_TOPICS = ("orders", "payments")
+
+
+def bronze_fingerprint(store: LakehouseStore, settings: Settings, day: date) -> dict[str, int]:
+    """Bronze rows per input topic and event day that the day's views read."""
+    fingerprint = {}
+    for topic in INPUT_TOPICS:
+        days = [day] if topic == "orders" else days_needed(day, settings.join_window)
+        counts = store.partition_row_counts(tables.bronze(topic), "event_date") if store.exists(tables.bronze(topic)) else {}
+        for needed in days:
+            fingerprint[f"{topic}:{needed.isoformat()}"] = counts.get(needed, 0)
+    return fingerprint
+
+
+def mark_covered(store: LakehouseStore, day: date, fingerprint: dict[str, int]) -> None:
+    store.ensure_table(tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA)
+    row = pa.Table.from_pylist(
+        [{"date": day, "covered_at": datetime.now(timezone.utc), "bronze_rows": json.dumps(fingerprint, sort_keys=True)}],
+        schema=tables.arrow_schema(tables.BATCH_COVERAGE_SCHEMA),
+    )
+    store.merge(tables.BATCH_COVERAGE, row, ["date"])
+
+
+def covered_days(store: LakehouseStore) -> dict[date, dict[str, int]]:
+    """Covered days and the Bronze fingerprint each was built from."""
+    if not store.exists(tables.BATCH_COVERAGE):
+        return {}
+    rows = store.select_arrow(tables.BATCH_COVERAGE, ["date", "bronze_rows"]).to_pylist()
+    return {row["date"]: json.loads(row["bronze_rows"]) for row in rows}
+
+
+def stale_days(store: LakehouseStore, settings: Settings) -> list[date]:
+    """Covered days whose Bronze input has changed since they were built."""
+    return sorted(
+        day for day, built_from in covered_days(store).items()
+        if bronze_fingerprint(store, settings, day) != built_from
+    )

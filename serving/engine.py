@@ -1,0 +1,104 @@
+"""The serving layer: merged batch + speed views, answered by DuckDB.
+
+Each Delta table's current snapshot is handed to DuckDB as an Arrow dataset (lazy scans with
+filter pushdown, no copies, no Spark). The merged views follow ARCHITECTURE.md's merge rule: a
+row comes from the batch view when its day is batch-covered, otherwise from the speed view, and
+carries ``source``. The connection is read-only for users: one SELECT/WITH statement per query;
+file access, ATTACH, COPY and configuration changes are disabled before any user SQL runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from include import tables
+from include.config import Settings
+
+# Relation name in DuckDB -> (lakehouse table, schema when the table does not exist yet)
+SOURCES = {
+    "_speed_revenue": (tables.SPEED_REVENUE, tables.REVENUE_SCHEMA),
+    "_batch_revenue": (tables.BATCH_REVENUE, tables.REVENUE_SCHEMA),
+    "_speed_order_payments": (tables.SPEED_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA),
+    "_batch_order_payments": (tables.BATCH_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA),
+    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA),
+    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA),
+    "_dlq": (tables.DLQ, tables.DLQ_SCHEMA),
+    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA),
+    "_recovered_late_matches": (tables.RECOVERED_LATE_MATCHES, tables.RECOVERED_LATE_MATCHES_SCHEMA),
+    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA),
+    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA),
+}
+
+REVENUE_COLUMNS = "window_start, window_end, category, revenue, orders, unique_buyers"
+ORDER_PAYMENTS_COLUMNS = (
+    "order_id, user_id, category, amount, order_time, payment_id, paid_amount, pay_time, status"
+)
+
+
+def merged(columns: str, batch: str, speed: str) -> str:
+    """The merge rule: batch rows of covered days, speed rows of the other days."""
+    return f"""
+        SELECT {columns}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage)
+        UNION ALL
+        SELECT {columns}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage)
+    """
+
+
+VIEWS = {
+    "revenue_by_category_5m": merged(REVENUE_COLUMNS, "_batch_revenue", "_speed_revenue"),
+    "order_payments": merged(ORDER_PAYMENTS_COLUMNS, "_batch_order_payments", "_speed_order_payments"),
+    "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds FROM _late_events",
+    "dlq": "SELECT topic, raw, reason, source, ingested_at FROM _dlq",
+    "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at FROM _reconciliation",
+    "recovered_late_matches": "SELECT * EXCLUDE (date) FROM _recovered_late_matches",
+    "stream_metrics": "SELECT * FROM _stream_metrics",
+    "ingest_batches": "SELECT * FROM _ingest_batches",
+}
+
+
+class QueryRefused(ValueError):
+    """A query that would write, change state or read files; nothing was run."""
+
+
+class ServingEngine:
+    """One DuckDB connection over the lakehouse's current snapshots."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.connection = duckdb.connect(":memory:")
+        self.connection.execute("SET TimeZone = 'UTC'")
+        for relation, (table, schema) in SOURCES.items():
+            path = settings.lakehouse_dir / table
+            if DeltaTable.is_deltatable(str(path)):
+                data: Any = DeltaTable(str(path)).to_pyarrow_dataset()
+            else:
+                data = pa.Table.from_pylist([], schema=tables.arrow_schema(schema))
+            self.connection.register(relation, data)
+        for name, sql in VIEWS.items():
+            self.connection.execute(f"CREATE VIEW {name} AS {sql}")
+        # From here on the connection cannot touch files or be reconfigured.
+        self.connection.execute("SET enable_external_access = false")
+        self.connection.execute("SET lock_configuration = true")
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Run one read-only query; returns column names and rows."""
+        statements = self.connection.extract_statements(sql)
+        if len(statements) != 1:
+            raise QueryRefused(f"exactly one statement per query, got {len(statements)}")
+        kind = statements[0].type
+        if kind != duckdb.StatementType.SELECT:
+            raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}")
+        try:
+            result = self.connection.execute(sql)
+        except duckdb.PermissionException:
+            raise QueryRefused("reading or writing files is not allowed in serving queries") from None
+        columns = [column[0] for column in result.description]
+        return columns, result.fetchall()
+
+    def rows(self, sql: str) -> list[dict[str, Any]]:
+        columns, rows = self.query(sql)
+        return [dict(zip(columns, row)) for row in rows]

@@ -1,0 +1,136 @@
+"""The whole Lambda architecture against the generator's ground truth (never the pipeline's own
+output): speed layer, nightly batch, reconciliation, merge rule, restatement."""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+
+from batch_layer.coverage import stale_days
+from batch_layer.nightly import run_batch
+from include import tables
+from include.generator import TrafficOptions, generate
+from include.lakehouse import open_store
+from serving.engine import ServingEngine
+from speed_layer.runner import run_stream
+
+DAY = date(2026, 11, 20)
+START = datetime(2026, 11, 20, tzinfo=timezone.utc)
+pytestmark = pytest.mark.slow
+
+
+def iso(value):
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if value else None
+
+
+def read_truth(result, name):
+    with (result.truth_dir / f"{name}.csv").open() as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    from include.config import load_settings
+
+    settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]", shuffle_partitions=2)
+    options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01)
+    result = generate(settings, START, 6, options, seed=21, file_minutes=15, progress=False)
+    store = run_stream(settings, available_now=True)
+    return settings, store, result
+
+
+def test_speed_views_differ_from_truth_only_by_late_events(lake):
+    settings, store, result = lake
+    engine = ServingEngine(settings)
+    late = {(r["topic"], r["event_id"]) for r in engine.rows("SELECT topic, event_id FROM late_events")}
+    late_orders = {event_id for topic, event_id in late if topic == "orders"}
+    late_payments = {event_id for topic, event_id in late if topic == "payments"}
+    assert late_orders and late_payments  # the data really exercises lateness
+
+    truth_orders = read_truth(result, "order_payments")
+    expected = defaultdict(lambda: [0.0, 0])  # speed revenue = truth minus the late orders
+    for order in truth_orders:
+        if order["order_id"] not in late_orders:
+            t = datetime.fromisoformat(order["order_time"].replace("Z", "+00:00"))
+            window = t.replace(minute=t.minute - t.minute % 5, second=0, microsecond=0)
+            expected[(iso(window), order["category"])][0] += float(order["amount"])
+            expected[(iso(window), order["category"])][1] += 1
+    speed = {(iso(r["window_start"]), r["category"]): r for r in engine.rows("SELECT * FROM revenue_by_category_5m")}
+    assert {k for k, v in expected.items() if v[1]} == set(speed)
+    for key, (revenue, orders) in expected.items():
+        assert speed[key]["revenue"] == pytest.approx(revenue, abs=0.005) and speed[key]["orders"] == orders
+        assert speed[key]["source"] == "speed"
+    truth_buyers = sum(int(r["unique_buyers"]) for r in read_truth(result, "revenue_by_category_5m"))
+    speed_buyers = sum(r["unique_buyers"] for r in speed.values())
+    assert abs(speed_buyers - truth_buyers) <= 0.02 * truth_buyers + len(late_orders)
+
+    speed_payments = {r["order_id"]: r for r in engine.rows("SELECT * FROM order_payments")}
+    for order in truth_orders:
+        row = speed_payments.get(order["order_id"])
+        if order["order_id"] in late_orders:
+            assert row is None
+        elif order["status"] == "paid" and order["payment_id"] not in late_payments:
+            assert (row["status"], row["payment_id"]) == ("paid", order["payment_id"])
+        else:  # no payment the stream could see: unpaid once the window closed, else pending
+            assert row["status"] in ("unpaid", "pending") and row["payment_id"] is None
+
+
+def test_batch_equals_truth_exactly_and_is_idempotent(lake):
+    settings, store, result = lake
+    snapshots = []
+    for _ in range(3):
+        reconciliation = run_batch(settings, DAY, store)
+        engine = ServingEngine(settings)
+        revenue = engine.rows("SELECT * FROM revenue_by_category_5m ORDER BY window_start, category")
+        payments = engine.rows("SELECT * FROM order_payments ORDER BY order_id")
+        snapshots.append((revenue, payments))
+    assert snapshots[0] == snapshots[1] == snapshots[2]
+
+    revenue, payments = snapshots[0]
+    assert {r["source"] for r in revenue} == {r["source"] for r in payments} == {"batch"}
+    truth = read_truth(result, "revenue_by_category_5m")
+    assert [(r["window_start"], r["category"], float(r["revenue"]), int(r["orders"]), int(r["unique_buyers"])) for r in truth] == \
+        [(iso(r["window_start"]), r["category"], r["revenue"], r["orders"], r["unique_buyers"]) for r in revenue]
+    truth_payments = sorted(read_truth(result, "order_payments"), key=lambda r: r["order_id"])
+    assert [(r["order_id"], r["status"], r["payment_id"] or None, r["pay_time"] or None, float(r["amount"])) for r in truth_payments] == \
+        [(r["order_id"], r["status"], r["payment_id"], iso(r["pay_time"]), r["amount"]) for r in payments]
+
+    recovered = {r["metric"]: r for r in reconciliation if r["view"] == "order_payments"}["late_matches_recovered"]
+    assert recovered["batch_value"] == result.ledger["order_payments"]["late_paid"] > 0
+    assert len(ServingEngine(settings).rows("SELECT * FROM recovered_late_matches")) == recovered["batch_value"]
+
+
+def test_merge_rule_backfill_and_restatement(lake):
+    settings, store, _ = lake
+    # Another day arrives; it has no batch run yet, so it is served from speed.
+    generate(settings, START + timedelta(days=1), 2, TrafficOptions(orders_per_hour=60), seed=22, file_minutes=15, progress=False)
+    run_stream(settings, available_now=True)
+    run_batch(settings, DAY, store)
+
+    def sources():
+        rows = ServingEngine(settings).rows(
+            "SELECT CAST(order_time AS DATE) AS day, source, count(*) AS n FROM order_payments GROUP BY ALL")
+        return {(r["day"], r["source"]) for r in rows}
+
+    assert sources() == {(DAY, "batch"), (DAY + timedelta(days=1), "speed")}
+    # A backfilled older day: all of it behind the watermark, so absent from speed; batch adds it.
+    older = DAY - timedelta(days=3)
+    generate(settings, datetime(2026, 11, 17, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60), seed=23, file_minutes=15, progress=False)
+    run_stream(settings, available_now=True)
+    assert (older, "speed") not in sources()
+    assert stale_days(store, settings) == []
+    run_batch(settings, older, store)
+    assert (older, "batch") in sources() and (DAY, "batch") in sources()
+
+    # More events land for a covered day: the day turns stale until it is restated.
+    generate(settings, START + timedelta(hours=3), 1, TrafficOptions(orders_per_hour=60), seed=24, file_minutes=15, progress=False)
+    run_stream(settings, available_now=True)
+    assert stale_days(store, settings) == [DAY]
+    before = ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
+    run_batch(settings, DAY, store)
+    assert stale_days(store, settings) == []
+    after = ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
+    assert after > before
