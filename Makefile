@@ -20,7 +20,7 @@ $(STAMP): requirements/lock.txt pyproject.toml
 
 run: install
 	rm -rf $(DEMO_HOME)
-	$(BIN)/lambdalake generate --home $(DEMO_HOME) --hours 24 --seed 42
+	$(BIN)/lambdalake demo --home $(DEMO_HOME)
 
 test: install
 	$(BIN)/python -m pytest

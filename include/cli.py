@@ -186,6 +186,15 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from include.demo import run_demo
+
+    if any(settings.landing_dir.glob("*/*.jsonl")):
+        raise UsageError(f"{settings.landing_dir} already holds events; the demo needs an empty --home")
+    run_demo(settings, args.date, args.orders_per_hour)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
@@ -250,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", parents=[common], help="stream health, coverage, freshness")
     status.add_argument("--format", choices=FORMATS, default="table")
     status.set_defaults(handler=cmd_status)
+
+    demo = commands.add_parser("demo", parents=[common], help="one day through the whole platform (make run)")
+    demo.add_argument("--date", type=parse_day, help="event-time day (default: yesterday, UTC)")
+    demo.add_argument("--orders-per-hour", type=positive(float), default=200.0)
+    demo.set_defaults(handler=cmd_demo)
     return parser
 
 

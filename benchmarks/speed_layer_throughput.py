@@ -1,6 +1,6 @@
 """Speed-layer throughput, side by side with the native ceiling on the same files.
 
-    .venv/bin/python benchmarks/speed_layer.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
+    .venv/bin/python benchmarks/speed_layer_throughput.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
 
 1. ``lambdalake generate`` lands N events (no corrupt lines, so pyarrow can read every file).
 2. ``lambdalake stream --available-now`` is timed to completion (wall clock, a fresh process:

@@ -1,0 +1,98 @@
+"""Serving: the merge rule on inline data, and the read-only guard through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from batch_layer.coverage import mark_covered
+from include import tables
+from include.lakehouse import open_store
+from serving.engine import QueryRefused, ServingEngine
+
+D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
+
+
+def revenue_row(day, revenue):
+    start = datetime(day.year, day.month, day.day, 10, 0, tzinfo=timezone.utc)
+    return (start, start.replace(minute=5), "books", revenue, 1, 1, day)
+
+
+@pytest.fixture
+def lake(spark, settings):
+    store = open_store(settings, spark)
+    for table in (tables.SPEED_REVENUE, tables.BATCH_REVENUE):
+        store.ensure_table(table, tables.REVENUE_SCHEMA, ["date"])
+    store.append(tables.SPEED_REVENUE, spark.createDataFrame([revenue_row(D1, 1.0), revenue_row(D2, 2.0)], tables.REVENUE_SCHEMA))
+    store.append(tables.BATCH_REVENUE, spark.createDataFrame([revenue_row(D1, 10.0)], tables.REVENUE_SCHEMA))
+    return settings, store
+
+
+def served(settings):
+    rows = ServingEngine(settings).rows("SELECT window_start, revenue, source FROM revenue_by_category_5m ORDER BY window_start")
+    return [(r["window_start"].date(), r["revenue"], r["source"]) for r in rows]
+
+
+def test_uncovered_days_come_from_speed_covered_days_from_batch(lake):
+    settings, store = lake
+    assert served(settings) == [(D1, 1.0, "speed"), (D2, 2.0, "speed")]
+    mark_covered(store, D1, {})
+    assert served(settings) == [(D1, 10.0, "batch"), (D2, 2.0, "speed")]
+
+
+def test_missing_tables_serve_empty_views(settings):
+    assert ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments") == [{"n": 0}]
+
+
+FORBIDDEN = [
+    "DROP VIEW revenue_by_category_5m",
+    "DELETE FROM dlq",
+    "INSERT INTO dlq VALUES ('x', 'x', 'x', 'x', now())",
+    "CREATE TABLE stolen AS SELECT 1",
+    "ATTACH 'other.duckdb' AS other",
+    "COPY (SELECT * FROM revenue_by_category_5m) TO 'out.csv'",
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "SELECT * FROM read_parquet('{lake}/speed/revenue_by_category_5m/*/*.parquet')",
+    "SELECT 1; SELECT 2",
+    "SET enable_external_access = true",
+    "PRAGMA database_list",
+]
+
+
+@pytest.mark.parametrize("sql", FORBIDDEN)
+def test_forbidden_queries_exit_non_zero_and_change_nothing(lake, sql, tmp_path):
+    settings, store = lake
+    before = {path: path.stat().st_mtime_ns for path in settings.lakehouse_dir.rglob("*")}
+    lambdalake = Path(sys.executable).parent / "lambdalake"
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    result = subprocess.run(
+        [lambdalake, "query", "--home", settings.home, sql.format(lake=settings.lakehouse_dir)],
+        capture_output=True, text=True, cwd=workdir,
+    )
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.startswith("lambdalake: error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert {path: path.stat().st_mtime_ns for path in settings.lakehouse_dir.rglob("*")} == before
+    assert list(workdir.iterdir()) == []  # nothing written where the query ran either
+
+
+def test_query_formats(lake):
+    settings, _ = lake
+    lambdalake = Path(sys.executable).parent / "lambdalake"
+    sql = "SELECT window_start, revenue, source FROM revenue_by_category_5m ORDER BY revenue"
+    as_json = subprocess.run([lambdalake, "query", "--home", settings.home, sql, "--format", "json"],
+                             capture_output=True, text=True, check=True)
+    assert json.loads(as_json.stdout) == [
+        {"window_start": "2026-11-20T10:00:00Z", "revenue": 1.0, "source": "speed"},
+        {"window_start": "2026-11-21T10:00:00Z", "revenue": 2.0, "source": "speed"},
+    ]
+    as_csv = subprocess.run([lambdalake, "query", "--home", settings.home, sql, "--format", "csv"],
+                            capture_output=True, text=True, check=True)
+    assert as_csv.stdout.splitlines()[0] == "window_start,revenue,source"
+    with pytest.raises(QueryRefused):
+        ServingEngine(settings).query("DROP VIEW dlq")
