@@ -1,9 +1,14 @@
-"""The nightly batch for one event-time day: recompute, reconcile, mark covered."""
+"""The nightly batch for one event-time day: recompute, reconcile, check, mark covered.
+
+``run_batch`` does it all in one process (``lambdalake batch``); the Airflow DAG runs the same
+steps as separate tasks, using the other functions here.
+"""
 
 from __future__ import annotations
 
 import logging
-from datetime import date
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from batch_layer.coverage import bronze_fingerprint, mark_covered
 from batch_layer.reconcile import reconcile_day
@@ -11,21 +16,116 @@ from batch_layer.recompute import recompute_day
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseError, LakehouseStore, open_store
-from include.spark import get_spark
+from speed_layer.metrics import read_heartbeat
 
 log = logging.getLogger(__name__)
+
+
+class DataQualityError(RuntimeError):
+    """A nightly data-quality check failed; the message lists every failure."""
+
+
+def require_bronze(store: LakehouseStore, settings: Settings) -> None:
+    if not store.exists(tables.bronze("orders")):
+        raise LakehouseError(f"no Bronze data in {settings.lakehouse_dir}: run `lambdalake stream` first")
 
 
 def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None) -> list[dict]:
     """Rebuild ``day``'s batch views from Bronze, reconcile them with the speed views and mark
     the day batch-covered. Idempotent. Returns the reconciliation rows."""
-    store = store or open_store(settings, get_spark(settings, app_name="lambdalake-batch"))
-    if not store.exists(tables.bronze("orders")):
-        raise LakehouseError(f"no Bronze data in {settings.lakehouse_dir}: run `lambdalake stream` first")
+    store = store or open_store(settings)
+    require_bronze(store, settings)
     fingerprint = bronze_fingerprint(store, settings, day)  # before reading: later arrivals make it stale
     written = recompute_day(store, settings, day)
     log.info("batch %s: views rebuilt %s", day, written)
     reconciliation = reconcile_day(store, day)
+    check_data_quality(settings, day, store)
     mark_covered(store, day, fingerprint)
     log.info("batch %s: covered", day)
     return reconciliation
+
+
+def day_for_run(logical_date: datetime, conf: dict[str, Any] | None) -> str:
+    """The event-time day a run processes: ``conf["date"]`` if given, else the day before the
+    run's logical date (the day that just ended)."""
+    if conf and conf.get("date"):
+        return date.fromisoformat(conf["date"]).isoformat()
+    return (logical_date.astimezone(timezone.utc).date() - timedelta(days=1)).isoformat()
+
+
+def day_is_complete(settings: Settings, day: str, now: datetime | None = None) -> bool:
+    """True once no more on-time events for ``day`` can come: the stream's watermark (orders and
+    payments) has passed the day's end plus the allowed lateness (watermark delay and join
+    window), or the wall clock has and the stream has consumed everything landed so far."""
+    now = now or datetime.now(timezone.utc)
+    day_end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), timezone.utc)
+    complete_at = day_end + settings.watermark_delay + settings.join_window
+    store = open_store(settings)
+    if store.exists(tables.INGEST_BATCHES):
+        rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", "max_event_time"], "max_event_time IS NOT NULL")
+        latest = {row["topic"]: row["max_event_time_max"] for row in rows.group_by("topic").aggregate([("max_event_time", "max")]).to_pylist()}
+        if all(topic in latest for topic in ("orders", "payments")):
+            watermark = min(latest["orders"], latest["payments"]) - settings.watermark_delay
+            if watermark >= complete_at:
+                log.info("day %s complete: watermark %s passed %s", day, watermark, complete_at)
+                return True
+    if now >= complete_at and stream_caught_up(settings):
+        log.info("day %s complete: %s has passed and the stream has consumed everything landed", day, complete_at)
+        return True
+    log.info("day %s not complete yet (needs watermark or clock past %s)", day, complete_at)
+    return False
+
+
+def stream_caught_up(settings: Settings) -> bool:
+    """The stream has processed every landed file: its last ingest progress came after the newest
+    landing file and read nothing new (or it stopped after consuming everything)."""
+    beat = read_heartbeat(settings.run_dir)
+    if beat is None:
+        return False
+    ingest = beat.get("queries", {}).get("speed_ingest", {})
+    progress_at = ingest.get("last_progress_at")
+    if progress_at is None:
+        return False
+    files = [path.stat().st_mtime for path in settings.landing_dir.glob("*/*.jsonl")]
+    newest = datetime.fromtimestamp(max(files), timezone.utc) if files else None
+    idle = ingest.get("input_rows") == 0 or beat.get("state") == "stopped"
+    return idle and (newest is None or newest <= datetime.fromisoformat(progress_at))
+
+
+def check_data_quality(settings: Settings, day: date, store: LakehouseStore | None = None) -> list[str]:
+    """Fail loudly unless the day's numbers add up. Returns the checks that passed."""
+    store = store or open_store(settings)
+    passed, failures = [], []
+
+    def check(ok: bool, name: str, detail: str = "") -> None:
+        (passed if ok else failures).append(name if ok else f"{name} fails{': ' + detail if detail else ''}")
+
+    ingested = store.select_arrow(
+        tables.INGEST_BATCHES, ["topic", "bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows"]
+    ).group_by("topic").aggregate([(c, "sum") for c in ("bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows")])
+    for row in ingested.to_pylist():
+        in_bronze = sum(store.partition_row_counts(tables.bronze(row["topic"]), "event_date").values())
+        accounted = row["silver_rows_sum"] + row["dlq_rows_sum"] + row["duplicate_rows_sum"]
+        check(
+            in_bronze == row["bronze_rows_sum"] == accounted,
+            f"{row['topic']}: Bronze = Silver + DLQ + duplicates",
+            f"{in_bronze} in Bronze, {row['bronze_rows_sum']} ingested, {accounted} accounted for",
+        )
+    where = f"date = CAST('{day.isoformat()}' AS DATE)"
+    metrics = {
+        (r["view"], r["metric"]): r
+        for r in store.select_arrow(tables.RECONCILIATION, ["view", "metric", "speed_value", "batch_value"], where).to_pylist()
+    }
+    check(bool(metrics), f"reconciliation rows exist for {day}")
+    if metrics:
+        orders = metrics[("revenue_by_category_5m", "orders")]["batch_value"]
+        rows = metrics[("order_payments", "rows")]["batch_value"]
+        check(orders == rows, "orders in revenue_by_category_5m = rows of order_payments", f"{orders} vs {rows}")
+        limit = settings.max_reconciliation_drift
+        for (view, metric), row in sorted(metrics.items()):
+            if metric in ("rows", "revenue", "orders") and row["batch_value"]:
+                drift = abs(row["batch_value"] - row["speed_value"]) / row["batch_value"]
+                check(drift <= limit, f"{view}.{metric}: speed within {limit:.0%} of batch", f"drift {drift:.1%}")
+    if failures:
+        raise DataQualityError(f"data quality failed for {day}: " + "; ".join(failures))
+    return passed

@@ -80,6 +80,13 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str = "localhost:9092"
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
+    # Orchestration.
+    alert_webhook_url: str = ""
+    stall_after: timedelta = Field(default=timedelta(minutes=10))
+    restart_backoff: timedelta = Field(default=timedelta(minutes=1))
+    max_restarts_per_hour: int = Field(default=5, ge=1)
+    freshness_sla: timedelta = Field(default=timedelta(minutes=30))
+    max_reconciliation_drift: float = Field(default=0.5, gt=0, description="share of a batch metric")
 
     @field_validator("watermark_delay", mode="before")
     @classmethod
@@ -95,6 +102,11 @@ class Settings(BaseSettings):
     @classmethod
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
+
+    @field_validator("stall_after", "restart_backoff", "freshness_sla", mode="before")
+    @classmethod
+    def _durations(cls, value: Any, info: Any) -> timedelta:
+        return parse_duration(value, info.field_name.replace("_", " "))
 
     @field_validator("spark_driver_memory")
     @classmethod
@@ -131,6 +143,10 @@ class Settings(BaseSettings):
     def feeds_dir(self) -> Path:
         """On-time, deduplicated events handed from ingest to the streaming Gold queries."""
         return self.home / "feeds"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
 
     @property
     def run_dir(self) -> Path:

@@ -200,3 +200,14 @@ BATCH_COVERAGE_SCHEMA = StructType(
         StructField("bronze_rows", StringType()),
     ]
 )
+
+ALERTS = "ops/alerts"
+ALERTS_SCHEMA = StructType(
+    [
+        StructField("at", TimestampType()),
+        StructField("source", StringType()),
+        StructField("severity", StringType()),
+        StructField("message", StringType()),
+        StructField("details", StringType()),
+    ]
+)

@@ -81,7 +81,7 @@ class StreamMetrics(StreamingQueryListener):
                 }
             )
             entry = self.queries.setdefault(progress.name, {"status": "running"})
-            entry.update(batch_id=progress.batchId, last_progress_at=now.isoformat())
+            entry.update(batch_id=progress.batchId, last_progress_at=now.isoformat(), input_rows=progress.numInputRows)
             if progress.numInputRows:
                 entry["last_input_at"] = now.isoformat()
 

@@ -1,0 +1,42 @@
+"""### speed_layer_supervisor
+
+Keeps the speed layer running. Every 5 minutes: starts the stream if it is not running, restarts
+it when it is dead (no process, or no heartbeat) or stalled (no progress while landed input
+waits), with exponential backoff and a cap on restarts per hour, after which it alerts instead of
+looping; and alerts when the speed views fall behind the freshness SLA (event-time lag). Every
+decision is recorded in `ops/supervisor_events` (shown by `lambdalake status`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, task
+
+from include.alerts import task_failed
+
+with DAG(
+    dag_id="speed_layer_supervisor",
+    doc_md=__doc__,
+    schedule=timedelta(minutes=5),
+    start_date=datetime(2026, 11, 1),
+    catchup=False,
+    max_active_runs=1,
+    dagrun_timeout=timedelta(minutes=4),
+    tags=["lambdalake", "speed-layer"],
+    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(seconds=30),
+                  "on_failure_callback": task_failed},
+) as dag:
+
+    @task
+    def supervise_stream() -> dict:
+        from include.config import load_settings
+        from speed_layer.supervisor import supervise
+
+        return {key: str(value) for key, value in supervise(load_settings()).items()}
+
+    supervise_stream()
+
+
+if __name__ == "__main__":
+    dag.test()

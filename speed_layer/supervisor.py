@@ -1,0 +1,190 @@
+"""Stream supervision (run by the ``speed_layer_supervisor`` DAG every few minutes).
+
+Each run diagnoses the stream from its pid file and heartbeat: ``absent`` (never started),
+``dead`` (no process, or a process whose heartbeat stopped), ``stalled`` (alive, but no progress
+for ``stall_after`` while landed input waits) or ``healthy``; starts or restarts it with
+exponential backoff and at most ``max_restarts_per_hour`` restarts, after which it alerts instead
+of looping; and alerts when the Gold views' event-time lag exceeds ``freshness_sla``. Every
+decision is logged and appended to ``ops/supervisor_events``, which ``lambdalake status`` shows.
+
+The stream is a detached local driver process (``lambdalake stream``); with a cluster master
+configured (``LAMBDALAKE_SPARK_MASTER=spark://…``) that driver submits its work to the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
+
+from include import tables
+from include.alerts import notify
+from include.config import Settings
+from include.lakehouse import open_store
+from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
+
+log = logging.getLogger(__name__)
+SUPERVISOR_EVENTS = "ops/supervisor_events"
+SUPERVISOR_EVENTS_SCHEMA = StructType(
+    [
+        StructField("at", TimestampType()),
+        StructField("state", StringType()),
+        StructField("decision", StringType()),
+        StructField("reason", StringType()),
+        StructField("pid", LongType()),
+        StructField("restarts_last_hour", IntegerType()),
+    ]
+)
+PID_FILE = "stream.pid"
+# The runner rewrites its heartbeat every 2 s; this much silence means the process is hung.
+HEARTBEAT_TIMEOUT = timedelta(seconds=60)
+RESTARTING = ("start", "restart")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    state: str  # absent | dead | stalled | healthy
+    reason: str
+    pid: int | None
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as dead
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def stream_pid(settings: Settings) -> int | None:
+    path = settings.run_dir / PID_FILE
+    return int(path.read_text()) if path.exists() else None
+
+
+def diagnose(settings: Settings, now: datetime | None = None) -> Diagnosis:
+    now = now or datetime.now(timezone.utc)
+    pid = stream_pid(settings)
+    beat = read_heartbeat(settings.run_dir)
+    if pid is None and beat is None:
+        return Diagnosis("absent", "the stream has never been started", None)
+    if not _alive(pid):
+        return Diagnosis("dead", f"no stream process (pid {pid})", pid)
+    heartbeat_at = datetime.fromisoformat(beat["heartbeat_at"]) if beat else None
+    if beat is None or beat.get("pid") != pid or now - heartbeat_at > HEARTBEAT_TIMEOUT:
+        return Diagnosis("dead", f"process {pid} alive but its heartbeat stopped (last {heartbeat_at})", pid)
+    ingest = beat.get("queries", {}).get("speed_ingest", {})
+    since = datetime.fromisoformat(ingest.get("last_progress_at") or beat["started_at"])
+    waiting = [p.stat().st_mtime for p in settings.landing_dir.glob("*/*.jsonl")]
+    newest = datetime.fromtimestamp(max(waiting), timezone.utc) if waiting else None
+    if newest and newest > since and now - since > settings.stall_after:
+        return Diagnosis("stalled", f"no progress since {since} while input landed at {newest}", pid)
+    return Diagnosis("healthy", f"heartbeat {heartbeat_at}, last progress {since}", pid)
+
+
+def start_stream(settings: Settings) -> int:
+    """Start ``lambdalake stream`` detached; returns its pid (also written to run/stream.pid)."""
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    (settings.run_dir / HEARTBEAT_FILE).unlink(missing_ok=True)  # the new process writes its own
+    command = [str(Path(sys.executable).parent / "lambdalake"), "stream", "--home", str(settings.home)]
+    with (settings.run_dir / "stream.log").open("ab") as output:
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    (settings.run_dir / PID_FILE).write_text(str(process.pid))
+    return process.pid
+
+
+def stop_stream(settings: Settings, timeout: float = 90.0) -> None:
+    """SIGTERM the stream (it finishes its micro-batch), then SIGKILL if it does not exit."""
+    pid = stream_pid(settings)
+    if not _alive(pid):
+        return
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            try:
+                os.waitpid(pid, os.WNOHANG)  # reap it when it is our own child
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        if not _alive(pid):
+            return
+
+
+def _events(settings: Settings) -> list[dict]:
+    store = open_store(settings)
+    if not store.exists(SUPERVISOR_EVENTS):
+        return []
+    return store.select_arrow(SUPERVISOR_EVENTS, ["at", "decision"]).to_pylist()
+
+
+def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str, restarts: int, pid: int | None) -> dict:
+    row = {
+        "at": datetime.now(timezone.utc), "state": diagnosis.state, "decision": decision,
+        "reason": reason, "pid": pid, "restarts_last_hour": restarts,
+    }
+    log.info("supervisor: state=%s decision=%s (%s)", diagnosis.state, decision, reason)
+    store = open_store(settings)
+    store.ensure_table(SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA)
+    store.append(SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(SUPERVISOR_EVENTS_SCHEMA)))
+    return row
+
+
+def supervise(settings: Settings, now: datetime | None = None) -> dict:
+    """One supervision round; returns the decision recorded."""
+    now = now or datetime.now(timezone.utc)
+    diagnosis = diagnose(settings, now)
+    starts = sorted(e["at"] for e in _events(settings) if e["decision"] in RESTARTING and now - e["at"] < timedelta(hours=1))
+    restarts = len(starts)
+    if diagnosis.state == "healthy":
+        decision = _record(settings, diagnosis, "none", diagnosis.reason, restarts, diagnosis.pid)
+        check_freshness(settings, now)
+        return decision
+    if restarts >= settings.max_restarts_per_hour:
+        reason = f"{diagnosis.reason}; {restarts} (re)starts in the last hour, cap {settings.max_restarts_per_hour}: not restarting"
+        notify(settings, "speed_layer_supervisor", f"stream {diagnosis.state} and restart cap reached", reason=reason)
+        return _record(settings, diagnosis, "alert", reason, restarts, diagnosis.pid)
+    wait = settings.restart_backoff * (2 ** (restarts - 1)) if restarts else timedelta(0)
+    if starts and now - starts[-1] < wait:
+        reason = f"{diagnosis.reason}; backing off until {starts[-1] + wait}"
+        return _record(settings, diagnosis, "backoff", reason, restarts, diagnosis.pid)
+    if diagnosis.state != "absent":
+        stop_stream(settings)
+    pid = start_stream(settings)
+    decision = "start" if diagnosis.state == "absent" else "restart"
+    return _record(settings, diagnosis, decision, f"{diagnosis.reason}; started pid {pid}", restarts + 1, pid)
+
+
+def check_freshness(settings: Settings, now: datetime) -> timedelta | None:
+    """Alert when the newest event the speed layer has ingested is older than the SLA."""
+    store = open_store(settings)
+    if not store.exists(tables.INGEST_BATCHES):
+        return None
+    newest = store.select_arrow(tables.INGEST_BATCHES, ["max_event_time"], "max_event_time IS NOT NULL")
+    if newest.num_rows == 0:
+        return None
+    lag = now - max(newest.column("max_event_time").to_pylist())
+    if lag > settings.freshness_sla:
+        notify(settings, "speed_layer_supervisor", f"speed views are {lag} behind (SLA {settings.freshness_sla})",
+               severity="warning", lag_seconds=lag.total_seconds())
+    return lag

@@ -1,0 +1,114 @@
+"""The supervisor on real processes: a real stream it starts, kills and restarts; a real process
+that makes no progress standing in for a stalled stream; the restart cap; the freshness SLA."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pytest
+
+from include import tables
+from include.config import load_settings
+from include.generator import TrafficOptions, generate
+from include.lakehouse import open_store
+from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
+from speed_layer.supervisor import (
+    PID_FILE, SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA, check_freshness, diagnose, stop_stream, supervise,
+)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("LAMBDALAKE_"):
+            monkeypatch.delenv(key)
+    settings = load_settings(home=tmp_path / "home", restart_backoff="1s", stall_after="5 minutes")
+    monkeypatch.setenv("LAMBDALAKE_HOME", str(settings.home))
+    monkeypatch.setenv("LAMBDALAKE_SPARK_MASTER", "local[2]")
+    yield settings
+    stop_stream(settings, timeout=30)
+
+
+def decisions(settings):
+    return [row["decision"] for row in open_store(settings).select_arrow(SUPERVISOR_EVENTS, ["at", "decision"]).sort_by("at").to_pylist()]
+
+
+def wait_for(condition, seconds=120):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.slow
+def test_starts_the_stream_and_restarts_it_after_a_kill(home):
+    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.5, TrafficOptions(orders_per_hour=50), seed=1, progress=False)
+    assert supervise(home)["decision"] == "start"
+    first = int((home.run_dir / PID_FILE).read_text())
+    assert wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("state") == "running")
+    assert supervise(home)["decision"] == "none"  # healthy
+
+    os.killpg(first, signal.SIGKILL)
+    assert wait_for(lambda: diagnose(home).state == "dead", 30)
+    time.sleep(1.5)  # the backoff after one start is 1 s
+    row = supervise(home)
+    assert row["decision"] == "restart" and row["state"] == "dead"
+    second = int((home.run_dir / PID_FILE).read_text())
+    assert second != first and wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("pid") == second)
+    assert decisions(home) == ["start", "none", "restart"]
+
+
+def test_stalled_stream_is_detected_and_restarted(home):
+    # A live process with a fresh heartbeat but no progress for 20 minutes, while input waits.
+    stuck = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    home.run_dir.mkdir(parents=True)
+    (home.run_dir / PID_FILE).write_text(str(stuck.pid))
+    now = datetime.now(timezone.utc)
+    (home.run_dir / HEARTBEAT_FILE).write_text(json.dumps({
+        "pid": stuck.pid, "state": "running", "started_at": (now - timedelta(hours=1)).isoformat(),
+        "heartbeat_at": now.isoformat(),
+        "queries": {"speed_ingest": {"last_progress_at": (now - timedelta(minutes=20)).isoformat()}},
+    }))
+    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.25, TrafficOptions(orders_per_hour=20), seed=2, progress=False)
+    assert diagnose(home).state == "stalled"
+    row = supervise(home)
+    assert (row["state"], row["decision"]) == ("stalled", "restart")
+    assert stuck.wait(timeout=30) is not None  # the stuck process was stopped
+    assert int((home.run_dir / PID_FILE).read_text()) != stuck.pid
+
+
+def test_restart_cap_turns_into_an_alert(home):
+    store = open_store(home)
+    store.ensure_table(SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA)
+    now = datetime.now(timezone.utc)
+    earlier = [{"at": now - timedelta(minutes=5 * i), "state": "dead", "decision": "restart", "reason": "test",
+                "pid": 1, "restarts_last_hour": i} for i in range(1, home.max_restarts_per_hour + 1)]
+    store.append(SUPERVISOR_EVENTS, pa.Table.from_pylist(earlier, schema=tables.arrow_schema(SUPERVISOR_EVENTS_SCHEMA)))
+    home.run_dir.mkdir(parents=True)
+    (home.run_dir / PID_FILE).write_text("999999")  # a process that no longer exists
+    row = supervise(home)
+    assert (row["state"], row["decision"]) == ("dead", "alert")
+    alerts = store.select_arrow(tables.ALERTS, ["source", "message"]).to_pylist()
+    assert alerts == [{"source": "speed_layer_supervisor", "message": "stream dead and restart cap reached"}]
+    assert not (home.run_dir / HEARTBEAT_FILE).exists()  # nothing was started
+
+
+def test_freshness_sla_alert(home):
+    store = open_store(home)
+    store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    row = {"batch_id": 0, "topic": "orders", "bronze_rows": 1, "dlq_rows": 0, "silver_rows": 1, "duplicate_rows": 0,
+           "late_rows": 0, "max_event_time": old, "watermark": None, "processed_at": old}
+    store.append(tables.INGEST_BATCHES, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)))
+    lag = check_freshness(home, datetime.now(timezone.utc))
+    assert lag > home.freshness_sla
+    (alert,) = store.select_arrow(tables.ALERTS, ["severity", "message"]).to_pylist()
+    assert alert["severity"] == "warning" and "behind (SLA" in alert["message"]
