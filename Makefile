@@ -3,10 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The demo runs in its own home and starts from scratch each time.
+# The demo runs in its own home and starts from scratch each time; `make up` keeps its own.
 DEMO_HOME := $(CURDIR)/.lambdalake/demo
+PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
-.PHONY: install run test lock clean
+.PHONY: install run test lock clean up down
 
 install: $(STAMP)
 
@@ -24,6 +25,12 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+up: install
+	$(BIN)/lambdalake up --home $(PLATFORM_HOME)
+
+down: install
+	$(BIN)/lambdalake down --home $(PLATFORM_HOME)
 
 lock: install
 	$(BIN)/uv pip compile requirements/requirements.in --python-version 3.11 -o requirements/lock.txt

@@ -32,6 +32,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Asset, AsyncCallback, DeadlineAlert, DeadlineReference, task
 
 from include.alerts import deadline_missed, task_failed
+from include.config import load_settings
 
 PROJECT = Path(__file__).resolve().parent.parent
 SPARK_JOB = str(PROJECT / "batch_layer" / "job.py")
@@ -52,7 +53,7 @@ with DAG(
     dag_id="lambda_nightly_batch",
     doc_md=__doc__,
     schedule="30 0 * * *",
-    start_date=datetime(2026, 11, 1),
+    start_date=datetime.combine(load_settings().batch_start_date, datetime.min.time()),
     catchup=True,
     max_active_runs=1,
     tags=["lambdalake", "batch-layer"],

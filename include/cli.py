@@ -195,6 +195,23 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
+    from include.platform import password_file, up
+
+    url = up(settings, args.port)
+    print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)})")
+    print(f"Events land in {settings.landing_dir}; speed_layer_supervisor starts the stream. Stop with: make down")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
+    from include.platform import down
+
+    stopped = down(settings)
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
@@ -264,6 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--date", type=parse_day, help="event-time day (default: yesterday, UTC)")
     demo.add_argument("--orders-per-hour", type=positive(float), default=200.0)
     demo.set_defaults(handler=cmd_demo)
+
+    up = commands.add_parser("up", parents=[common], help="start Airflow, the generator and the stream (make up)")
+    up.add_argument("--port", type=positive(int), default=8080, help="Airflow API/UI port")
+    up.set_defaults(handler=cmd_up)
+    down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
+    down.set_defaults(handler=cmd_down)
     return parser
 
 
@@ -281,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load_settings(**overrides)
         return args.handler(args, settings)
-    except (ConfigError, UsageError, ValueError, FileExistsError, LakehouseError) as exc:
+    except (ConfigError, UsageError, ValueError, FileExistsError, LakehouseError, RuntimeError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

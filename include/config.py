@@ -8,7 +8,7 @@ variables, then the defaults below. Invalid values fail at start-up with a one-l
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # Orchestration.
+    batch_start_date: date = Field(default=date(2026, 11, 1), description="first day the nightly DAG runs for")
     alert_webhook_url: str = ""
     stall_after: timedelta = Field(default=timedelta(minutes=10))
     restart_backoff: timedelta = Field(default=timedelta(minutes=1))

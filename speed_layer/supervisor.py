@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from include import tables
 from include.alerts import notify
 from include.config import Settings
 from include.lakehouse import open_store
+from include.processes import group_alive, stop_group
 from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
 
 log = logging.getLogger(__name__)
@@ -111,24 +111,10 @@ def start_stream(settings: Settings) -> int:
 
 
 def stop_stream(settings: Settings, timeout: float = 90.0) -> None:
-    """SIGTERM the stream (it finishes its micro-batch), then SIGKILL if it does not exit."""
+    """SIGTERM the stream's process group (it finishes its micro-batch), SIGKILL what remains."""
     pid = stream_pid(settings)
-    if not _alive(pid):
-        return
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, signum)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            try:
-                os.waitpid(pid, os.WNOHANG)  # reap it when it is our own child
-            except ChildProcessError:
-                pass
-            time.sleep(0.2)
-        if not _alive(pid):
-            return
+    if pid and group_alive(pid):
+        stop_group(pid, grace_seconds=timeout)
 
 
 def _events(settings: Settings) -> list[dict]:

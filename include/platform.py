@@ -1,0 +1,130 @@
+"""``make up`` / ``make down``: the embedded platform on one machine.
+
+``up`` starts ``airflow standalone`` (SQLite, LocalExecutor) with this project's DAGs, examples
+off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mode; and unpauses
+``speed_layer_supervisor``, which starts the stream. ``down`` stops exactly what ``up`` started
+(process groups recorded in pid files) and the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from include.config import Settings
+from include.processes import group_alive, stop_group
+
+PROJECT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SERVICES = ("airflow", "generator")
+
+
+def airflow_env(settings: Settings, port: int) -> dict[str, str]:
+    """Environment for Airflow and everything it runs: one lambdalake home, this project's DAGs."""
+    return {
+        **os.environ,
+        "LAMBDALAKE_HOME": str(settings.home),
+        "AIRFLOW_HOME": str(settings.airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark_master}),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def _pid_file(settings: Settings, service: str) -> Path:
+    return settings.run_dir / f"{service}.pid"
+
+
+def _running(settings: Settings, service: str) -> int | None:
+    path = _pid_file(settings, service)
+    if not path.exists():
+        return None
+    pid = int(path.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    return pid
+
+
+def _spawn(settings: Settings, service: str, command: list[str], env: dict[str, str]) -> int:
+    settings.run_dir.mkdir(parents=True, exist_ok=True)
+    with (settings.run_dir / f"{service}.log").open("ab") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    _pid_file(settings, service).write_text(str(process.pid))
+    return process.pid
+
+
+def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) -> str:
+    """Start ``airflow standalone`` and wait until its API answers; returns the base URL."""
+    if _running(settings, "airflow"):
+        raise RuntimeError(f"airflow is already running for {settings.home} (make down first)")
+    settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    _spawn(settings, "airflow", [str(BIN / "airflow"), "standalone"], airflow_env(settings, port))
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/api/v2/monitor/health", timeout=5) as response:
+                if response.status == 200 and password_file(settings).exists():
+                    return url
+        except OSError:
+            pass
+        if not _running(settings, "airflow"):
+            raise RuntimeError(f"airflow standalone exited; see {settings.run_dir / 'airflow.log'}")
+        time.sleep(2)
+    raise RuntimeError(f"airflow did not answer on {url} within {timeout:.0f}s; see {settings.run_dir / 'airflow.log'}")
+
+
+def password_file(settings: Settings) -> Path:
+    return settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+
+
+def admin_password(settings: Settings) -> str:
+    return json.loads(password_file(settings).read_text())["admin"]
+
+
+def airflow_cli(settings: Settings, port: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "airflow"), *args], env=airflow_env(settings, port),
+                          capture_output=True, text=True)
+
+
+def up(settings: Settings, port: int = 8080, orders_per_hour: float = 2000.0) -> str:
+    url = start_airflow(settings, port)
+    if not _running(settings, "generator"):
+        _spawn(settings, "generator", [str(BIN / "lambdalake"), "generate", "--home", str(settings.home), "--follow",
+                                       "--orders-per-hour", str(orders_per_hour)], dict(os.environ))
+    deadline = time.monotonic() + 120  # the DAG processor needs a moment to register the DAGs
+    while airflow_cli(settings, port, "dags", "unpause", "speed_layer_supervisor").returncode != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("could not unpause speed_layer_supervisor; see the Airflow log")
+        time.sleep(3)
+    return url
+
+
+def down(settings: Settings) -> list[str]:
+    """Stop what ``up`` started, and the stream the supervisor started. Returns what was stopped."""
+    from speed_layer.supervisor import stop_stream, stream_pid
+
+    stopped = []
+    for service in SERVICES:
+        path = _pid_file(settings, service)
+        if path.exists():
+            pgid = int(path.read_text())
+            if group_alive(pgid):
+                stop_group(pgid)
+                stopped.append(f"{service} (pid {pgid})")
+            path.unlink()
+    if stream_pid(settings):
+        stop_stream(settings)
+        stopped.append("stream")
+    return stopped

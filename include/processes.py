@@ -1,0 +1,35 @@
+"""Stopping detached process groups (the stream, Airflow standalone, the live generator)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def stop_group(pgid: int, grace_seconds: float = 60.0) -> None:
+    """SIGTERM every process of the group, then SIGKILL whatever is left after the grace period."""
+    for signum, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:  # reap the leader when it is our own child, so it does not linger as a zombie
+                os.waitpid(pgid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not group_alive(pgid):
+                return
+            time.sleep(0.2)
