@@ -12,6 +12,7 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore
 from serving.engine import ServingEngine
 from speed_layer.metrics import read_heartbeat
+from speed_layer.supervisor import SUPERVISOR_EVENTS
 
 # view -> (speed table, batch table, the speed view's event-time column)
 VIEW_TABLES = {
@@ -41,12 +42,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def latest(store: LakehouseStore, table: str, columns: list[str]) -> dict[str, Any]:
+    """The newest row (by its first column, a timestamp) of an ops table, or empty values."""
+    if not store.exists(table):
+        return dict.fromkeys(columns)
+    rows = store.select_arrow(table, columns)
+    if rows.num_rows == 0:
+        return dict.fromkeys(columns)
+    return rows.sort_by([(columns[0], "descending")]).slice(0, 1).to_pylist()[0]
+
+
 def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any]]:
     engine = ServingEngine(settings)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)
     processed = engine.rows("SELECT max(processed_at) AS at FROM ingest_batches")[0]["at"]
     health = stream_health(settings)
+    supervisor = latest(store, SUPERVISOR_EVENTS, ["at", "decision", "reason"])
+    alert = latest(store, tables.ALERTS, ["at", "message"])
+    ops = {
+        "supervisor_at": supervisor["at"], "supervisor_decision": supervisor["decision"],
+        "last_alert_at": alert["at"], "last_alert": alert["message"],
+    }
     rows = []
     for view, (speed_table, batch_table, time_column) in VIEW_TABLES.items():
         relation = "_speed_revenue" if view == "revenue_by_category_5m" else "_speed_order_payments"
@@ -61,6 +78,7 @@ def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any
                 "speed_version": store.version(speed_table) if store.exists(speed_table) else None,
                 "batch_version": store.version(batch_table) if store.exists(batch_table) else None,
                 **health,
+                **ops,
                 "checked_at": datetime.now(timezone.utc),
             }
         )

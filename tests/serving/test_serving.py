@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from batch_layer.coverage import mark_covered
+from batch_layer.coverage import bronze_fingerprint, mark_covered
 from include import tables
 from include.lakehouse import open_store
 from serving.engine import QueryRefused, ServingEngine
@@ -96,3 +96,18 @@ def test_query_formats(lake):
     assert as_csv.stdout.splitlines()[0] == "window_start,revenue,source"
     with pytest.raises(QueryRefused):
         ServingEngine(settings).query("DROP VIEW dlq")
+
+
+def test_status_reports_coverage_versions_and_stream_state(lake):
+    settings, store = lake
+    mark_covered(store, D1, bronze_fingerprint(store, settings, D1))
+    lambdalake = Path(sys.executable).parent / "lambdalake"
+    result = subprocess.run([lambdalake, "status", "--home", settings.home, "--format", "json"],
+                            capture_output=True, text=True, check=True)
+    rows = {row["view"]: row for row in json.loads(result.stdout)}
+    assert set(rows) == {"revenue_by_category_5m", "order_payments"}
+    revenue = rows["revenue_by_category_5m"]
+    assert revenue["batch_covered_days"] == "2026-11-20" and revenue["stale_days"] == ""
+    assert revenue["speed_version"] == 1 and revenue["batch_version"] == 1
+    assert revenue["speed_max_event_time"] == "2026-11-21T10:05:00Z"
+    assert revenue["stream_state"] == "never started"
