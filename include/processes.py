@@ -7,6 +7,22 @@ import signal
 import time
 
 
+def process_alive(pid: int | None) -> bool:
+    """True while the process exists and is not a zombie."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

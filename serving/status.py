@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Any
 
@@ -10,6 +9,7 @@ from batch_layer.coverage import covered_days, stale_days
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
+from include.processes import process_alive
 from serving.engine import ServingEngine
 from speed_layer.metrics import read_heartbeat
 from speed_layer.supervisor import SUPERVISOR_EVENTS
@@ -27,19 +27,9 @@ def stream_health(settings: Settings) -> dict[str, Any]:
     if beat is None:
         return {"stream_state": "never started", "heartbeat_at": None}
     state = beat["state"]
-    if state != "stopped" and not _alive(beat["pid"]):
+    if state != "stopped" and not process_alive(beat["pid"]):
         state = "dead"
     return {"stream_state": state, "heartbeat_at": datetime.fromisoformat(beat["heartbeat_at"])}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def latest(store: LakehouseStore, table: str, columns: list[str]) -> dict[str, Any]:

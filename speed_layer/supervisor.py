@@ -14,10 +14,8 @@ configured (``LAMBDALAKE_SPARK_MASTER=spark://…``) that driver submits its wor
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -29,7 +27,7 @@ from include import tables
 from include.alerts import notify
 from include.config import Settings
 from include.lakehouse import open_store
-from include.processes import group_alive, stop_group
+from include.processes import group_alive, process_alive, stop_group
 from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
 
 log = logging.getLogger(__name__)
@@ -57,21 +55,6 @@ class Diagnosis:
     pid: int | None
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return True
-
-
 def stream_pid(settings: Settings) -> int | None:
     path = settings.run_dir / PID_FILE
     return int(path.read_text()) if path.exists() else None
@@ -83,7 +66,7 @@ def diagnose(settings: Settings, now: datetime | None = None) -> Diagnosis:
     beat = read_heartbeat(settings.run_dir)
     if pid is None and beat is None:
         return Diagnosis("absent", "the stream has never been started", None)
-    if not _alive(pid):
+    if not process_alive(pid):
         return Diagnosis("dead", f"no stream process (pid {pid})", pid)
     heartbeat_at = datetime.fromisoformat(beat["heartbeat_at"]) if beat else None
     if beat is None or beat.get("pid") != pid or now - heartbeat_at > HEARTBEAT_TIMEOUT:

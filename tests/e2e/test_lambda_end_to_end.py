@@ -11,9 +11,7 @@ import pytest
 
 from batch_layer.coverage import stale_days
 from batch_layer.nightly import run_batch
-from include import tables
 from include.generator import TrafficOptions, generate
-from include.lakehouse import open_store
 from serving.engine import ServingEngine
 from speed_layer.runner import run_stream
 
