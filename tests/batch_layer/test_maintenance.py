@@ -1,0 +1,42 @@
+"""Lakehouse maintenance on real tables and files."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import date, datetime, timezone
+
+from deltalake import DeltaTable
+
+from batch_layer.maintenance import all_tables, checkpoint_hygiene, compact_and_vacuum
+from include import tables
+from include.lakehouse import open_store
+
+
+def test_compaction_and_vacuum_keep_every_row(spark, settings):
+    store = open_store(settings, spark)
+    store.ensure_table(tables.SPEED_REVENUE, tables.REVENUE_SCHEMA, ["date"])
+    start = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
+    for i in range(5):
+        row = (start, start, f"c{i}", float(i), 1, 1, date(2026, 11, 20))
+        store.append(tables.SPEED_REVENUE, spark.createDataFrame([row], tables.REVENUE_SCHEMA))
+    before = sorted(store.read(tables.SPEED_REVENUE).collect())
+    assert all_tables(settings.lakehouse_dir) == [tables.SPEED_REVENUE]
+    (result,) = compact_and_vacuum(settings)
+    assert result["files_removed"] == 5 and result["files_added"] == 1
+    assert len(DeltaTable(store.path(tables.SPEED_REVENUE)).file_uris()) == 1
+    assert sorted(store.read(tables.SPEED_REVENUE).collect()) == before
+    assert result["vacuumed"] == 0  # the replaced files are younger than the 7-day retention
+
+
+def test_checkpoint_hygiene_removes_only_old_feed_and_temporary_files(settings):
+    feeds = settings.feeds_dir / "orders"
+    feeds.mkdir(parents=True)
+    old_feed, new_feed, old_tmp = feeds / "000000000001.parquet", feeds / "000000000002.parquet", feeds / ".000000000003.tmp"
+    for path in (old_feed, new_feed, old_tmp):
+        path.write_bytes(b"x")
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(old_feed, (two_days_ago, two_days_ago))
+    os.utime(old_tmp, (two_days_ago, two_days_ago))
+    assert checkpoint_hygiene(settings) == {"feed_files": 1, "temporary_files": 1}
+    assert sorted(p.name for p in feeds.iterdir()) == ["000000000002.parquet"]
