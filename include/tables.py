@@ -9,6 +9,7 @@ from pyspark.sql.types import (
     BooleanType,
     DateType,
     DoubleType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -209,5 +210,18 @@ ALERTS_SCHEMA = StructType(
         StructField("severity", StringType()),
         StructField("message", StringType()),
         StructField("details", StringType()),
+    ]
+)
+
+# Every decision of the stream supervisor (speed_layer/supervisor.py).
+SUPERVISOR_EVENTS = "ops/supervisor_events"
+SUPERVISOR_EVENTS_SCHEMA = StructType(
+    [
+        StructField("at", TimestampType()),
+        StructField("state", StringType()),
+        StructField("decision", StringType()),
+        StructField("reason", StringType()),
+        StructField("pid", LongType()),
+        StructField("restarts_last_hour", IntegerType()),
     ]
 )

@@ -12,7 +12,6 @@ from include.lakehouse import LakehouseStore
 from include.processes import process_alive
 from serving.engine import ServingEngine
 from speed_layer.metrics import read_heartbeat
-from speed_layer.supervisor import SUPERVISOR_EVENTS
 
 # view -> (speed table, batch table, the speed view's event-time column)
 VIEW_TABLES = {
@@ -48,7 +47,7 @@ def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any
     stale = stale_days(store, settings)
     processed = engine.rows("SELECT max(processed_at) AS at FROM ingest_batches")[0]["at"]
     health = stream_health(settings)
-    supervisor = latest(store, SUPERVISOR_EVENTS, ["at", "decision", "reason"])
+    supervisor = latest(store, tables.SUPERVISOR_EVENTS, ["at", "decision", "reason"])
     alert = latest(store, tables.ALERTS, ["at", "message"])
     ops = {
         "supervisor_at": supervisor["at"], "supervisor_decision": supervisor["decision"],

@@ -21,8 +21,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
-
 from include import tables
 from include.alerts import notify
 from include.config import Settings
@@ -31,17 +29,6 @@ from include.processes import group_alive, process_alive, stop_group
 from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
 
 log = logging.getLogger(__name__)
-SUPERVISOR_EVENTS = "ops/supervisor_events"
-SUPERVISOR_EVENTS_SCHEMA = StructType(
-    [
-        StructField("at", TimestampType()),
-        StructField("state", StringType()),
-        StructField("decision", StringType()),
-        StructField("reason", StringType()),
-        StructField("pid", LongType()),
-        StructField("restarts_last_hour", IntegerType()),
-    ]
-)
 PID_FILE = "stream.pid"
 # The runner rewrites its heartbeat every 2 s; this much silence means the process is hung.
 HEARTBEAT_TIMEOUT = timedelta(seconds=60)
@@ -102,9 +89,9 @@ def stop_stream(settings: Settings, timeout: float = 90.0) -> None:
 
 def _events(settings: Settings) -> list[dict]:
     store = open_store(settings)
-    if not store.exists(SUPERVISOR_EVENTS):
+    if not store.exists(tables.SUPERVISOR_EVENTS):
         return []
-    return store.select_arrow(SUPERVISOR_EVENTS, ["at", "decision"]).to_pylist()
+    return store.select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"]).to_pylist()
 
 
 def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str, restarts: int, pid: int | None) -> dict:
@@ -114,8 +101,8 @@ def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str
     }
     log.info("supervisor: state=%s decision=%s (%s)", diagnosis.state, decision, reason)
     store = open_store(settings)
-    store.ensure_table(SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA)
-    store.append(SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(SUPERVISOR_EVENTS_SCHEMA)))
+    store.ensure_table(tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA)
+    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
     return row
 
 

@@ -19,7 +19,7 @@ from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
 from speed_layer.supervisor import (
-    PID_FILE, SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA, check_freshness, diagnose, stop_stream, supervise,
+    PID_FILE, check_freshness, diagnose, stop_stream, supervise,
 )
 
 
@@ -36,7 +36,7 @@ def home(tmp_path, monkeypatch):
 
 
 def decisions(settings):
-    return [row["decision"] for row in open_store(settings).select_arrow(SUPERVISOR_EVENTS, ["at", "decision"]).sort_by("at").to_pylist()]
+    return [row["decision"] for row in open_store(settings).select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"]).sort_by("at").to_pylist()]
 
 
 def wait_for(condition, seconds=120):
@@ -87,11 +87,11 @@ def test_stalled_stream_is_detected_and_restarted(home):
 
 def test_restart_cap_turns_into_an_alert(home):
     store = open_store(home)
-    store.ensure_table(SUPERVISOR_EVENTS, SUPERVISOR_EVENTS_SCHEMA)
+    store.ensure_table(tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA)
     now = datetime.now(timezone.utc)
     earlier = [{"at": now - timedelta(minutes=5 * i), "state": "dead", "decision": "restart", "reason": "test",
                 "pid": 1, "restarts_last_hour": i} for i in range(1, home.max_restarts_per_hour + 1)]
-    store.append(SUPERVISOR_EVENTS, pa.Table.from_pylist(earlier, schema=tables.arrow_schema(SUPERVISOR_EVENTS_SCHEMA)))
+    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist(earlier, schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
     home.run_dir.mkdir(parents=True)
     (home.run_dir / PID_FILE).write_text("999999")  # a process that no longer exists
     row = supervise(home)
