@@ -46,6 +46,17 @@ def native_ceiling(landing: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
+def processing_seconds(home: Path) -> float:
+    """From the first micro-batch's start to the last one's end, over all queries (Spark's own
+    progress timestamps): the stream's work without JVM and session start-up."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(home / "lakehouse" / "ops" / "stream_metrics")).to_pyarrow_table().to_pylist()
+    starts = [row["timestamp"].timestamp() for row in rows]
+    ends = [row["timestamp"].timestamp() + row["batch_duration_ms"] / 1000 for row in rows]
+    return max(ends) - min(starts)
+
+
 def stream_breakdown(home: Path) -> dict[str, float]:
     from deltalake import DeltaTable
 
@@ -83,8 +94,10 @@ def main() -> int:
             [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(args.max_files_per_trigger)], env
         )
         breakdown = stream_breakdown(home)
+        processing = processing_seconds(home)
 
     stream_rate, native_rate = lines / stream_seconds, lines / native_seconds
+    processing_rate = lines / processing
     report = [
         "# Speed-layer benchmark",
         "",
@@ -95,6 +108,7 @@ def main() -> int:
         "| what | seconds | events/s | vs native |",
         "|---|---:|---:|---:|",
         f"| `lambdalake stream --available-now` (all views, Spark start-up included) | {stream_seconds:.1f} | {stream_rate:,.0f} | {stream_rate / native_rate:.2f}x |",
+        f"| the same run, first micro-batch start to last end (no start-up) | {processing:.1f} | {processing_rate:,.0f} | {processing_rate / native_rate:.2f}x |",
         f"| native ceiling: pyarrow JSON read + Parquet write | {native_seconds:.1f} | {native_rate:,.0f} | 1.00x |",
         "",
         "Where the stream's time went (sum of Spark `durationMs` over all micro-batches, seconds):",

@@ -33,13 +33,14 @@ from airflow.sdk import DAG, Asset, AsyncCallback, DeadlineAlert, DeadlineRefere
 
 from include.alerts import deadline_missed, task_failed
 from include.config import load_settings
+from include.views import VIEWS
 
 PROJECT = Path(__file__).resolve().parent.parent
 SPARK_JOB = str(PROJECT / "batch_layer" / "job.py")
 # The Spark application runs the same Python (and so the same packages) as Airflow.
 SPARK_CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 DAY = "{{ ti.xcom_pull(task_ids='day_to_process') }}"
-BATCH_VIEWS = [Asset("lambdalake://batch/revenue_by_category_5m"), Asset("lambdalake://batch/order_payments")]
+BATCH_VIEWS = [Asset(f"lambdalake://batch/{view.name}") for view in VIEWS]
 
 
 def spark_step(step: str) -> SparkSubmitOperator:
@@ -84,7 +85,7 @@ with DAG(
     def bronze_fingerprint(day: str) -> dict:
         from datetime import date
 
-        from batch_layer.coverage import bronze_fingerprint
+        from include.coverage import bronze_fingerprint
         from include.config import load_settings
         from include.lakehouse import open_store
 
@@ -104,7 +105,7 @@ with DAG(
     def publish_coverage(day: str, fingerprint: dict) -> str:
         from datetime import date
 
-        from batch_layer.coverage import mark_covered
+        from include.coverage import mark_covered
         from include.config import load_settings
         from include.lakehouse import open_store
 
@@ -113,7 +114,7 @@ with DAG(
 
     @task
     def stale_days() -> list[list[str]]:
-        from batch_layer.coverage import stale_days
+        from include.coverage import stale_days
         from include.config import load_settings
         from include.lakehouse import open_store
 

@@ -7,9 +7,6 @@ error on bad input; commands that print data take ``--format``.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -17,47 +14,15 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 
 from include.config import ConfigError, Settings, load_settings
-from include.lakehouse.base import LakehouseError
+from include.output import FORMATS, format_rows
 
-FORMATS = ("table", "json", "csv")
+# Exit codes: 1 a runtime failure (the stream died, a commit conflict persisted, data quality
+# failed), 2 bad input (usage, configuration, a refused query).
+RUNTIME_FAILURE, BAD_INPUT = 1, 2
 
 
 class UsageError(ValueError):
     """Bad command-line input: printed as one line, exit code 2."""
-
-
-# ---- output -------------------------------------------------------------------------------
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return utc.isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return value
-
-
-def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
-    """Rows as an aligned table, a JSON list of objects, or CSV."""
-    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
-    if fmt == "json":
-        return json.dumps(rows, indent=1, default=str)
-    columns = list(rows[0]) if rows else []
-    if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        return buffer.getvalue().rstrip("\n")
-    if not rows:
-        return "(no rows)"
-    cells = [[("" if row[col] is None else str(row[col])) for col in columns] for row in rows]
-    widths = [max(len(col), *(len(cell[i]) for cell in cells)) for i, col in enumerate(columns)]
-    line = "  ".join(col.ljust(width) for col, width in zip(columns, widths))
-    rule = "  ".join("-" * width for width in widths)
-    body = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) for row in cells]
-    return "\n".join([line, rule, *body])
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -150,7 +115,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
         store = run_stream(settings, available_now=args.available_now)
     except StreamFailed as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
-        return 1
+        return RUNTIME_FAILURE
     print(format_rows(ingest_totals(store), args.format))
     return 0
 
@@ -171,9 +136,14 @@ def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
+    import duckdb
+
     from serving.engine import ServingEngine
 
-    columns, rows = ServingEngine(settings).query(args.sql)
+    try:
+        columns, rows = ServingEngine(settings).query(args.sql)
+    except duckdb.Error as exc:  # a mistake in the SQL: its first line says which
+        raise UsageError(str(exc).splitlines()[0]) from None
     print(format_rows([dict(zip(columns, row)) for row in rows], args.format))
     return 0
 
@@ -266,8 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     query = commands.add_parser(
         "query", parents=[common], help="read-only SQL over the merged views",
-        description="Run one SELECT/WITH query over revenue_by_category_5m, order_payments, "
-        "late_events, dlq, reconciliation, recovered_late_matches, stream_metrics, ingest_batches.",
+        description="Run one SELECT/WITH query over the merged views and operational tables "
+        "(see README: Serving).",
     )
     query.add_argument("sql", help="one SELECT or WITH statement")
     query.add_argument("--format", choices=FORMATS, default="table")
@@ -301,12 +271,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_files_per_trigger": getattr(args, "max_files_per_trigger", None),
         "event_source": getattr(args, "source", None),
     }
+    from include.lakehouse.base import LakehouseError
+
     try:
         settings = load_settings(**overrides)
         return args.handler(args, settings)
-    except (ConfigError, UsageError, ValueError, FileExistsError, LakehouseError, RuntimeError) as exc:
+    except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
+    except (LakehouseError, RuntimeError) as exc:
+        print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return RUNTIME_FAILURE
     except KeyboardInterrupt:
         return 130
 

@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     kafka_bootstrap_servers: str = "localhost:9092"
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
+    # A copy of an event (same id) ingested within this long after the first is a duplicate.
+    dedup_window: timedelta = Field(default=timedelta(minutes=30))
     # Orchestration.
     batch_start_date: date = Field(default=date(2026, 11, 1), description="first day the nightly DAG runs for")
     alert_webhook_url: str = ""
@@ -104,7 +106,7 @@ class Settings(BaseSettings):
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
 
-    @field_validator("stall_after", "restart_backoff", "freshness_sla", mode="before")
+    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", mode="before")
     @classmethod
     def _durations(cls, value: Any, info: Any) -> timedelta:
         return parse_duration(value, info.field_name.replace("_", " "))

@@ -11,7 +11,7 @@ import logging
 import time
 from datetime import date, datetime, time as clock, timedelta, timezone
 
-from include.cli import format_rows
+from include.output import format_rows
 from include.config import Settings
 from include.generator import TrafficOptions, generate
 

@@ -71,6 +71,10 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Delta's timestamp encoding (Spark's default INT96 is legacy).
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Streaming state commits write a small changelog instead of a full RocksDB snapshot.
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         # Keep Spark's own metadata files out of the working directory.
         .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home / 'derby'}")

@@ -39,12 +39,7 @@ DLQ = "dlq"
 LATE_EVENTS = "late_events"
 INGEST_BATCHES = "ops/ingest_batches"
 STREAM_METRICS = "ops/stream_metrics"
-SPEED_REVENUE = "speed/revenue_by_category_5m"
-SPEED_ORDER_PAYMENTS = "speed/order_payments"
-BATCH_REVENUE = "batch/revenue_by_category_5m"
-BATCH_ORDER_PAYMENTS = "batch/order_payments"
 RECONCILIATION = "reconciliation"
-RECOVERED_LATE_MATCHES = "recovered_late_matches"
 BATCH_COVERAGE = "ops/batch_coverage"
 
 # Where a line came from and when: the same for every source (landing file, Kafka, rate).
@@ -114,15 +109,17 @@ LATE_EVENTS_SCHEMA = StructType(
     ]
 )
 
-# One row per topic per ingest micro-batch: the accounting, and the ingest watermark's state.
+# One row per query, micro-batch and topic: the speed layer's accounting. ``speed_bronze`` fills
+# bronze_rows; ``speed_ingest`` the rest, and its max_event_time is the ingest watermark's state.
+# Duplicates removed = Bronze - Silver - DLQ (a duplicate never reaches Silver or the DLQ).
 INGEST_BATCHES_SCHEMA = StructType(
     [
+        StructField("query", StringType()),
         StructField("batch_id", LongType()),
         StructField("topic", StringType()),
         StructField("bronze_rows", LongType()),
         StructField("dlq_rows", LongType()),
         StructField("silver_rows", LongType()),
-        StructField("duplicate_rows", LongType()),
         StructField("late_rows", LongType()),
         StructField("max_event_time", TimestampType()),
         StructField("watermark", TimestampType()),
@@ -145,34 +142,6 @@ STREAM_METRICS_SCHEMA = StructType(
         StructField("state_rows", LongType()),
         StructField("rows_dropped_by_watermark", LongType()),
         StructField("output_rows", LongType()),
-        StructField("join_matches", LongType()),
-    ]
-)
-
-REVENUE_SCHEMA = StructType(
-    [
-        StructField("window_start", TimestampType()),
-        StructField("window_end", TimestampType()),
-        StructField("category", StringType()),
-        StructField("revenue", DoubleType()),
-        StructField("orders", LongType()),
-        StructField("unique_buyers", LongType()),
-        StructField("date", DateType()),
-    ]
-)
-
-ORDER_PAYMENTS_SCHEMA = StructType(
-    [
-        StructField("order_id", StringType()),
-        StructField("user_id", StringType()),
-        StructField("category", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("order_time", TimestampType()),
-        StructField("payment_id", StringType()),
-        StructField("paid_amount", DoubleType()),
-        StructField("pay_time", TimestampType()),
-        StructField("status", StringType()),
-        StructField("date", DateType()),
     ]
 )
 
@@ -186,11 +155,6 @@ RECONCILIATION_SCHEMA = StructType(
         StructField("diff", DoubleType()),
         StructField("computed_at", TimestampType()),
     ]
-)
-
-# Orders paid in the batch view that the speed view had not seen paid, kept for inspection.
-RECOVERED_LATE_MATCHES_SCHEMA = StructType(
-    [*ORDER_PAYMENTS_SCHEMA.fields, StructField("speed_status", StringType())]
 )
 
 # A day is batch-covered once its row is here; bronze_rows fingerprints the input it was built from.

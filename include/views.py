@@ -1,33 +1,73 @@
-"""Gold view definitions, written once (DataFrame -> DataFrame) and used by both layers.
+"""Gold view definitions, each written once (DataFrame -> DataFrame) and declared once in
+:data:`VIEWS`; both layers run them.
 
-The speed layer applies them to watermarked streams (approximate where exactness needs unbounded
-state); the batch layer applies the same functions to the full history with ``exact=True``.
+The speed layer applies a definition to watermarked streams of on-time, deduplicated events
+(``exact=False``: approximate where exactness needs unbounded state, orders still inside their
+join window shown as ``pending``); the batch layer applies the same definition to a day's full
+history (``exact=True``). Event dedup, the first-payment rule and the ``pending`` rule live here
+too, so the layers cannot drift apart.
+
+Adding a view: its definition and :class:`ViewSpec` here, its ground truth in the generator, its
+tests. Nothing else names it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import DateType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
 from include.config import spark_interval
+from include.registry import Recovered, ViewContext, ViewSpec
 
 REVENUE_WINDOW = "5 minutes"
 # Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
 APPROX_DISTINCT_RSD = 0.01
+# Which copy of a duplicated event counts, in both layers: the first to arrive (then the
+# first file, then the smallest bytes, so equal arrivals still pick one copy deterministically).
+FIRST_COPY_ORDER = ("arrived_at", "source", "value")
 
 
+# ---- shared rules ------------------------------------------------------------------------
 def money_sum(column: str) -> Column:
     """Exact sum of currency amounts (decimal arithmetic, so any summation order agrees)."""
     return F.sum(F.col(column).cast("decimal(18,2)")).cast("double")
 
 
-def revenue_by_category_5m(orders: DataFrame, exact: bool) -> DataFrame:
-    """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category.
+def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | None = None) -> DataFrame:
+    """One row per ``key``: the first copy to arrive.
 
-    ``orders`` has at least ``user_id``, ``category``, ``amount`` and ``event_time``.
+    With ``horizon`` (a stream) Spark's state store remembers keys for that long after they were
+    ingested (``ingested_at``, which only moves forward, so nothing is dropped as late); a batch
+    keeps the minimum by :data:`FIRST_COPY_ORDER`, the copy the stream kept.
     """
+    if horizon is not None:
+        return events.withWatermark("ingested_at", spark_interval(horizon)).dropDuplicatesWithinWatermark(list(key))
+    order = Window.partitionBy(*key).orderBy(*[F.col(c).asc_nulls_last() for c in FIRST_COPY_ORDER])
+    return events.withColumn("_copy", F.row_number().over(order)).where("_copy = 1").drop("_copy")
+
+
+# ---- revenue_by_category_5m ----------------------------------------------------------------
+REVENUE_SCHEMA = StructType(
+    [
+        StructField("window_start", TimestampType()),
+        StructField("window_end", TimestampType()),
+        StructField("category", StringType()),
+        StructField("revenue", DoubleType()),
+        StructField("orders", LongType()),
+        StructField("unique_buyers", LongType()),
+        StructField("date", DateType()),
+    ]
+)
+
+
+def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
+    orders = inputs["orders"]
+    exact = context.exact
     buyers = F.count_distinct("user_id") if exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
     return (
         orders.groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
@@ -44,37 +84,143 @@ def revenue_by_category_5m(orders: DataFrame, exact: bool) -> DataFrame:
     )
 
 
-def order_payments(orders: DataFrame, payments: DataFrame, join_window: timedelta) -> DataFrame:
-    """Each order with the payments whose time lies in ``[order_time, order_time + join_window]``.
+# ---- order_payments ------------------------------------------------------------------------
+ORDER_PAYMENTS_SCHEMA = StructType(
+    [
+        StructField("order_id", StringType()),
+        StructField("user_id", StringType()),
+        StructField("category", StringType()),
+        StructField("amount", DoubleType()),
+        StructField("order_time", TimestampType()),
+        StructField("payment_id", StringType()),
+        StructField("paid_amount", DoubleType()),
+        StructField("pay_time", TimestampType()),
+        StructField("status", StringType()),
+        StructField("date", DateType()),
+    ]
+)
 
-    A left outer join: orders without such a payment get ``status = 'unpaid'``. An order paid
-    more than once yields one row per payment; :func:`first_payment` keeps the earliest.
-    """
-    order = orders.select(
-        "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time")
+ORDER_PAYMENTS_REPLACE_WHEN = (
+    "(s.status = 'paid' AND (t.status <> 'paid' OR s.pay_time < t.pay_time"
+    " OR (s.pay_time = t.pay_time AND s.payment_id < t.payment_id)))"
+    " OR (s.status = 'unpaid' AND t.status = 'pending')"
+)
+
+
+def pending_orders(orders: DataFrame) -> DataFrame:
+    """Orders whose join window is still open, as order_payments rows (speed layer only)."""
+    return orders.select(
+        "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
+        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
+        F.lit(None).cast("timestamp").alias("pay_time"), F.lit("pending").alias("status"),
+        F.to_date("event_time").alias("date"),
     )
+
+
+def status_rank() -> Column:
+    """Status precedence: paid (window matched) before unpaid (window closed) before pending."""
+    return F.when(F.col("status") == "paid", 0).when(F.col("status") == "unpaid", 1).otherwise(2)
+
+
+def best_order_status(rows: DataFrame) -> DataFrame:
+    """One row per order, by :func:`status_rank`; a paid order keeps its first payment."""
+    ranking = (status_rank(), F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
+    rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*ranking))
+    return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
+
+
+def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Each order with the first payment whose time lies in ``[order_time, order_time + join
+    window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
+    ``pending`` (its window is open); the stored row then follows :func:`status_rank`."""
+    orders, payments = inputs["orders"], inputs["payments"]
+    order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
     payment = payments.select(
         "payment_id",
         F.col("order_id").alias("paid_order_id"),
         F.col("amount").alias("paid_amount"),
         F.col("event_time").alias("pay_time"),
     )
-    window_end = F.col("order_time") + F.expr(f"INTERVAL {spark_interval(join_window)}")
+    window_end = F.col("order_time") + F.expr(f"INTERVAL {spark_interval(context.settings.join_window)}")
     matches = (
         (F.col("order_id") == F.col("paid_order_id"))
         & (F.col("pay_time") >= F.col("order_time"))
         & (F.col("pay_time") <= window_end)
     )
-    return order.join(payment, matches, "leftOuter").select(
+    joined = order.join(payment, matches, "leftOuter").select(
         "order_id", "user_id", "category", "amount", "order_time",
         "payment_id", "paid_amount", "pay_time",
         F.when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
         F.to_date("order_time").alias("date"),
     )
+    if context.exact:
+        return best_order_status(joined)
+    return joined.unionByName(pending_orders(orders))
 
 
-def first_payment(order_payment_rows: DataFrame) -> DataFrame:
-    """One row per order: its earliest payment (then lowest payment id); unpaid rows rank last."""
-    ranking = (F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
-    rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*ranking))
-    return order_payment_rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
+def late_paid_orders(speed: DataFrame, batch: DataFrame) -> DataFrame:
+    """Orders paid in the batch view whose speed row is missing or not paid."""
+    speed_status = speed.select("order_id", F.col("status").alias("speed_status"))
+    return (
+        batch.where(F.col("status") == "paid")
+        .join(speed_status, "order_id", "left")
+        .where(F.col("speed_status").isNull() | (F.col("speed_status") != "paid"))
+    )
+
+
+# ---- the registry --------------------------------------------------------------------------
+def _count() -> Column:
+    return F.count(F.lit(1))
+
+
+def _count_status(status: str) -> Column:
+    return F.count(F.when(F.col("status") == status, 1))
+
+
+VIEWS: list[ViewSpec] = [
+    ViewSpec(
+        name="revenue_by_category_5m",
+        inputs=("orders",),
+        define=revenue_by_category_5m,
+        schema=REVENUE_SCHEMA,
+        keys=("window_start", "category"),
+        key_time="window_start",
+        speed_mode="update",
+        metrics={
+            "rows": _count,
+            "revenue": lambda: money_sum("revenue"),
+            "orders": lambda: F.sum("orders"),
+            "unique_buyers": lambda: F.sum("unique_buyers"),
+        },
+        drift_metrics=("rows", "revenue", "orders"),
+    ),
+    ViewSpec(
+        name="order_payments",
+        inputs=("orders", "payments"),
+        define=order_payments,
+        schema=ORDER_PAYMENTS_SCHEMA,
+        keys=("order_id",),
+        key_time="order_time",
+        speed_mode="append",
+        speed_replace_when=ORDER_PAYMENTS_REPLACE_WHEN,
+        one_per_key=best_order_status,
+        lookahead={"payments": lambda settings: settings.join_window},
+        metrics={
+            "rows": _count,
+            "paid": lambda: _count_status("paid"),
+            "unpaid": lambda: _count_status("unpaid"),
+            "pending": lambda: _count_status("pending"),
+            "paid_amount": lambda: money_sum("paid_amount"),
+        },
+        drift_metrics=("rows",),
+        recovered=Recovered(
+            metric="late_matches_recovered",
+            table="recovered_late_matches",
+            schema=StructType([*ORDER_PAYMENTS_SCHEMA.fields, StructField("speed_status", StringType())]),
+            rows=late_paid_orders,
+        ),
+    ),
+]
+VIEWS_BY_NAME: dict[str, ViewSpec] = {view.name: view for view in VIEWS}
+# Nightly data quality: the same orders must appear in both order views.
+CONSISTENT_METRICS = [(("revenue_by_category_5m", "orders"), ("order_payments", "rows"))]

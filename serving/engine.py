@@ -17,47 +17,49 @@ from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
+from include.registry import ViewSpec
+from include.views import VIEWS
+
+
+
+def merged(columns: list[str], batch: str, speed: str) -> str:
+    """The merge rule: batch rows of covered days, speed rows of the other days."""
+    listed = ", ".join(columns)
+    return f"""
+        SELECT {listed}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage)
+        UNION ALL
+        SELECT {listed}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage)
+    """
+
+
+def speed_relation(view: ViewSpec) -> str:
+    return f"_speed_{view.name}"
+
 
 # Relation name in DuckDB -> (lakehouse table, schema when the table does not exist yet)
 SOURCES = {
-    "_speed_revenue": (tables.SPEED_REVENUE, tables.REVENUE_SCHEMA),
-    "_batch_revenue": (tables.BATCH_REVENUE, tables.REVENUE_SCHEMA),
-    "_speed_order_payments": (tables.SPEED_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA),
-    "_batch_order_payments": (tables.BATCH_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA),
     "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA),
     "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA),
     "_dlq": (tables.DLQ, tables.DLQ_SCHEMA),
     "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA),
-    "_recovered_late_matches": (tables.RECOVERED_LATE_MATCHES, tables.RECOVERED_LATE_MATCHES_SCHEMA),
     "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA),
     "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA),
 }
-
-REVENUE_COLUMNS = "window_start, window_end, category, revenue, orders, unique_buyers"
-ORDER_PAYMENTS_COLUMNS = (
-    "order_id, user_id, category, amount, order_time, payment_id, paid_amount, pay_time, status"
-)
-
-
-def merged(columns: str, batch: str, speed: str) -> str:
-    """The merge rule: batch rows of covered days, speed rows of the other days."""
-    return f"""
-        SELECT {columns}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage)
-        UNION ALL
-        SELECT {columns}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage)
-    """
-
-
-VIEWS = {
-    "revenue_by_category_5m": merged(REVENUE_COLUMNS, "_batch_revenue", "_speed_revenue"),
-    "order_payments": merged(ORDER_PAYMENTS_COLUMNS, "_batch_order_payments", "_speed_order_payments"),
+VIEWS_SQL = {
     "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds FROM _late_events",
     "dlq": "SELECT topic, raw, reason, source, ingested_at FROM _dlq",
     "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at FROM _reconciliation",
-    "recovered_late_matches": "SELECT * EXCLUDE (date) FROM _recovered_late_matches",
     "stream_metrics": "SELECT * FROM _stream_metrics",
     "ingest_batches": "SELECT * FROM _ingest_batches",
 }
+for _view in VIEWS:
+    SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
+    SOURCES[f"_batch_{_view.name}"] = (_view.batch_table, _view.schema)
+    VIEWS_SQL[_view.name] = merged(_view.columns, f"_batch_{_view.name}", speed_relation(_view))
+    if _view.recovered:
+        SOURCES[f"_{_view.recovered.table}"] = (_view.recovered.table, _view.recovered.schema)
+        VIEWS_SQL[_view.recovered.table] = f"SELECT * EXCLUDE (date) FROM _{_view.recovered.table}"
+QUERYABLE = sorted(VIEWS_SQL)
 
 
 class QueryRefused(ValueError):
@@ -78,7 +80,7 @@ class ServingEngine:
             else:
                 data = pa.Table.from_pylist([], schema=tables.arrow_schema(schema))
             self.connection.register(relation, data)
-        for name, sql in VIEWS.items():
+        for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")
         # From here on the connection cannot touch files or be reconfigured.
         self.connection.execute("SET enable_external_access = false")

@@ -5,20 +5,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from batch_layer.coverage import covered_days, stale_days
+from include.coverage import covered_days, stale_days
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
 from include.processes import process_alive
-from serving.engine import ServingEngine
-from speed_layer.metrics import read_heartbeat
-
-# view -> (speed table, batch table, the speed view's event-time column)
-VIEW_TABLES = {
-    "revenue_by_category_5m": (tables.SPEED_REVENUE, tables.BATCH_REVENUE, "window_end"),
-    "order_payments": (tables.SPEED_ORDER_PAYMENTS, tables.BATCH_ORDER_PAYMENTS, "order_time"),
-}
-
+from include.views import VIEWS
+from serving.engine import ServingEngine, speed_relation
+from include.heartbeat import read_heartbeat
 
 def stream_health(settings: Settings) -> dict[str, Any]:
     """The stream process as its heartbeat tells it: state, pid alive, heartbeat age."""
@@ -54,18 +48,17 @@ def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any
         "last_alert_at": alert["at"], "last_alert": alert["message"],
     }
     rows = []
-    for view, (speed_table, batch_table, time_column) in VIEW_TABLES.items():
-        relation = "_speed_revenue" if view == "revenue_by_category_5m" else "_speed_order_payments"
-        freshest = engine.connection.execute(f"SELECT max({time_column}) FROM {relation}").fetchone()[0]
+    for view in VIEWS:
+        freshest = engine.connection.execute(f"SELECT max({view.key_time}) FROM {speed_relation(view)}").fetchone()[0]
         rows.append(
             {
-                "view": view,
+                "view": view.name,
                 "batch_covered_days": ", ".join(day.isoformat() for day in covered),
                 "stale_days": ", ".join(day.isoformat() for day in stale),
                 "speed_max_event_time": freshest,
                 "speed_processed_at": processed,
-                "speed_version": store.version(speed_table) if store.exists(speed_table) else None,
-                "batch_version": store.version(batch_table) if store.exists(batch_table) else None,
+                "speed_version": store.version(view.speed_table) if store.exists(view.speed_table) else None,
+                "batch_version": store.version(view.batch_table) if store.exists(view.batch_table) else None,
                 **health,
                 **ops,
                 "checked_at": datetime.now(timezone.utc),

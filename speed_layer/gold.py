@@ -1,88 +1,72 @@
-"""Streaming Gold views: the shared view definitions applied to the watermarked feeds.
+"""Streaming Gold views: every view of the registry applied to the watermarked feeds.
 
 Ingest hands each topic's on-time, deduplicated events to ``feeds/<topic>/`` (one Parquet file
-per micro-batch). These queries read them with Spark's stateful operators (window aggregation,
-stream-stream join) and merge their output into the speed tables with ``(query, batch_id)``
-transaction ids. Late events never reach a feed, so the Gold views drop exactly what
-``late_events`` lists.
+per micro-batch). One streaming query per view reads its input topics from there with Spark's
+stateful operators (window aggregation, stream-stream join, …) and merges its output into the
+view's speed table with ``(query, batch_id)`` transaction ids. Late events never reach a feed,
+so the Gold views drop exactly what ``late_events`` lists.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from include import tables
+
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
-from include.views import first_payment, order_payments, revenue_by_category_5m
-from speed_layer.ingest import feed_struct
+from include.registry import ViewContext, ViewSpec
+from include.schemas import TOPICS
+from include.views import VIEWS
+from speed_layer.ingest import feed_schema, record_column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
-REVENUE_QUERY = "speed_revenue"
-ORDER_PAYMENTS_QUERY = "speed_order_payments"
-# A stored row is replaced by a paid row, or by an earlier payment of the same order.
-ORDER_PAYMENTS_UPDATE = "t.status <> 'paid' OR (s.status = 'paid' AND s.pay_time < t.pay_time)"
 FEED_FILES_PER_TRIGGER = 50
 
 
-def ensure_gold_tables(store: LakehouseStore) -> None:
-    store.ensure_table(tables.SPEED_REVENUE, tables.REVENUE_SCHEMA, ["date"])
-    store.ensure_table(tables.SPEED_ORDER_PAYMENTS, tables.ORDER_PAYMENTS_SCHEMA, ["date"])
+def query_name(view: ViewSpec) -> str:
+    return f"speed_{view.name}"
 
 
 def feed_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    """A topic's feed as a watermarked stream."""
+    """A topic's on-time events as a watermarked stream of its typed fields and event time."""
     folder = settings.feeds_dir / topic
     folder.mkdir(parents=True, exist_ok=True)
+    fields = TOPICS[topic].schema.fieldNames()
+    extra = [] if "event_time" in fields else ["event_time"]
     return (
-        spark.readStream.schema(feed_struct(topic))
+        spark.readStream.schema(feed_schema())
         .option("maxFilesPerTrigger", FEED_FILES_PER_TRIGGER)
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(folder))
+        .select(f"{record_column(topic)}.*", *extra)
         .withWatermark("event_time", spark_interval(settings.watermark_delay))
     )
 
 
 class MergeBatch:
-    """``foreachBatch``: upsert a micro-batch of view rows into a speed table, exactly once."""
+    """``foreachBatch``: upsert a micro-batch of a view's rows into its speed table, exactly once."""
 
-    def __init__(self, store: LakehouseStore, table: str, query: str, keys: list[str], update_when: str | None = None, prepare=None, on_batch=None) -> None:  # noqa: ANN001
-        self.store, self.table, self.query = store, table, query
-        self.keys, self.update_when = keys, update_when
-        self.prepare = prepare or (lambda batch: batch)
-        self.on_batch = on_batch
+    def __init__(self, store: LakehouseStore, view: ViewSpec) -> None:
+        self.store, self.view, self.query = store, view, query_name(view)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = self.prepare(batch).toArrow()
-        if rows.num_rows:
-            self.store.merge(self.table, rows, self.keys, Txn(self.query, batch_id), self.update_when)
-        if self.on_batch:
-            self.on_batch(self.query, batch_id, rows)
+        rows = self.view.one_per_key(batch) if self.view.one_per_key else batch
+        self.store.merge(self.view.speed_table, rows, self.view.keys, Txn(self.query, batch_id), self.view.speed_replace_when)
 
 
-def revenue_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, on_batch=None) -> DataStreamWriter:  # noqa: ANN001
-    view = revenue_by_category_5m(feed_stream(spark, settings, "orders"), exact=False)
-    return (
-        view.writeStream.queryName(REVENUE_QUERY)
-        .outputMode("update")
-        .foreachBatch(MergeBatch(store, tables.SPEED_REVENUE, REVENUE_QUERY, ["window_start", "category"], on_batch=on_batch))
-    )
+def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
+    store.ensure_table(view.speed_table, view.schema, ["date"])
+    inputs = {topic: feed_stream(spark, settings, topic) for topic in view.inputs}
+    rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
+    return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view))
 
 
-def order_payments_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, on_batch=None) -> DataStreamWriter:  # noqa: ANN001
-    view = order_payments(
-        feed_stream(spark, settings, "orders"), feed_stream(spark, settings, "payments"), settings.join_window
-    )
-    return (
-        view.writeStream.queryName(ORDER_PAYMENTS_QUERY)
-        .outputMode("append")
-        .foreachBatch(
-            MergeBatch(
-                store, tables.SPEED_ORDER_PAYMENTS, ORDER_PAYMENTS_QUERY, ["order_id"],
-                update_when=ORDER_PAYMENTS_UPDATE, prepare=first_payment, on_batch=on_batch,
-            )
-        )
-    )
+def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
+    """A streaming query per view of the registry, by query name."""
+    return {query_name(view): view_writer(spark, settings, store, view) for view in VIEWS}
+
+
+__all__ = ["gold_writers", "query_name"]

@@ -2,7 +2,7 @@
 
 A StreamingQueryListener turns every query progress into a ``stream_metrics`` row (input rows,
 rates, where the batch time went, watermark, state rows, rows dropped by watermark, output rows,
-join matches). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
+...). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
 calls every few seconds along with writing the heartbeat file the supervisor reads.
 """
 
@@ -20,10 +20,10 @@ import pyarrow as pa
 from pyspark.sql.streaming import StreamingQueryListener
 
 from include import tables
+from include.heartbeat import HEARTBEAT_FILE
 from include.lakehouse import LakehouseStore
 
 log = logging.getLogger(__name__)
-HEARTBEAT_FILE = "stream-heartbeat.json"
 
 
 def _instant(text: str | None) -> datetime | None:
@@ -39,17 +39,9 @@ class StreamMetrics(StreamingQueryListener):
         self.started_at = datetime.now(timezone.utc)
         self._lock = threading.Lock()
         self._rows: list[dict[str, Any]] = []
-        self._join_matches: dict[tuple[str, int], int] = {}
         self.queries: dict[str, dict[str, Any]] = {}
         self._names: dict[str, str] = {}
         store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA)
-
-    # ---- called from foreachBatch functions -----------------------------------------------
-    def note_batch(self, query: str, batch_id: int, rows: pa.Table) -> None:
-        if "status" in rows.column_names:
-            matches = sum(1 for status in rows.column("status").to_pylist() if status == "paid")
-            with self._lock:
-                self._join_matches[(query, batch_id)] = matches
 
     # ---- listener callbacks (Spark's listener thread) --------------------------------------
     def onQueryStarted(self, event: Any) -> None:
@@ -77,7 +69,6 @@ class StreamMetrics(StreamingQueryListener):
                     "state_rows": sum(op.numRowsTotal for op in operators),
                     "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
                     "output_rows": progress.sink.numOutputRows if progress.sink else None,
-                    "join_matches": self._join_matches.pop((progress.name, progress.batchId), None),
                 }
             )
             entry = self.queries.setdefault(progress.name, {"status": "running"})
@@ -120,9 +111,3 @@ class StreamMetrics(StreamingQueryListener):
         temporary.write_text(json.dumps(body, indent=1, default=str), encoding="utf-8")
         os.replace(temporary, self.heartbeat_path)
 
-
-def read_heartbeat(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / HEARTBEAT_FILE
-    if not path.exists():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))

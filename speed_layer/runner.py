@@ -1,8 +1,8 @@
 """The stream runner: all speed-layer queries in one Spark application.
 
-``available_now`` processes everything landed so far and returns: first the ingest query (in
-micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance between them),
-then the Gold queries over the feeds ingest wrote. Otherwise all queries run continuously on a
+``available_now`` processes everything landed so far and returns: first the Bronze and ingest
+queries (in micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance
+between them), then one Gold query per view over the feeds ingest wrote. Otherwise all queries run continuously on a
 processing-time trigger until SIGTERM/SIGINT, which stops them after their current micro-batch.
 """
 
@@ -21,11 +21,9 @@ import pyarrow.compute as pc
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
-from include.schemas import TOPIC_NAMES
 from include.spark import get_spark
-from speed_layer.gold import ensure_gold_tables, order_payments_writer, revenue_writer
-from speed_layer.ingest import APP_ID as INGEST_QUERY
-from speed_layer.ingest import IngestBatch, ensure_ingest_tables
+from speed_layer import bronze, ingest
+from speed_layer.gold import gold_writers
 from speed_layer.metrics import StreamMetrics
 from speed_layer.sources import open_source
 
@@ -42,14 +40,16 @@ class StreamFailed(RuntimeError):
     """A streaming query died; the message names it and says why."""
 
 
-def ingest_writer(spark: SparkSession, settings: Settings, store: LakehouseStore) -> DataStreamWriter:
-    topics = ("orders",) if settings.event_source == "rate" else TOPIC_NAMES
-    ensure_ingest_tables(store, topics)
-    return (
-        open_source(spark, settings)
-        .writeStream.queryName(INGEST_QUERY)
-        .foreachBatch(IngestBatch(settings, store, topics))
-    )
+def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
+    """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds)."""
+    raw = open_source(spark, settings)
+    topics = tuple(raw)
+    bronze_lines = bronze.with_event_date(raw)
+    events = ingest.parsed_events(open_source(spark, settings), settings)
+    return {
+        bronze.QUERY: bronze_lines.writeStream.queryName(bronze.QUERY).foreachBatch(bronze.BronzeBatch(store, topics)),
+        ingest.QUERY: events.writeStream.queryName(ingest.QUERY).foreachBatch(ingest.IngestBatch(settings, store, topics)),
+    }
 
 
 def _start(settings: Settings, writer: DataStreamWriter, name: str, available_now: bool) -> StreamingQuery:
@@ -117,21 +117,20 @@ def _root_cause(message: str) -> str:
 
 
 def ingest_totals(store: LakehouseStore) -> list[dict]:
-    """Per topic, everything ingest has accounted for so far."""
-    rows = store.select_arrow(
-        tables.INGEST_BATCHES,
-        ["topic", "bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows", "late_rows"],
-    )
+    """Per topic, everything the speed layer has accounted for so far; duplicates are the Bronze
+    lines in neither Silver nor the DLQ (exact once both queries have caught up)."""
+    columns = ["bronze_rows", "silver_rows", "dlq_rows", "late_rows"]
+    rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", *columns])
     if rows.num_rows == 0:
         return []
-    totals = rows.group_by("topic").aggregate(
-        [(column, "sum") for column in ("bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows", "late_rows")]
-    )
+    totals = rows.group_by("topic").aggregate([(column, "sum") for column in columns])
     totals = totals.take(pc.sort_indices(totals, [("topic", "ascending")]))
-    return [
-        {key.removesuffix("_rows_sum"): value for key, value in row.items()}
-        for row in totals.to_pylist()
-    ]
+    result = []
+    for row in totals.to_pylist():
+        counts = {key.removesuffix("_rows_sum"): value or 0 for key, value in row.items() if key != "topic"}
+        counts["duplicate"] = counts["bronze"] - counts["silver"] - counts["dlq"]
+        result.append({"topic": row["topic"], **{k: counts[k] for k in ("bronze", "silver", "dlq", "duplicate", "late")}})
+    return result
 
 
 def run_stream(
@@ -148,25 +147,20 @@ def run_stream(
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     spark = get_spark(settings, app_name="lambdalake-stream")
     store = open_store(settings, spark)
-    ensure_gold_tables(store)
     metrics = StreamMetrics(store, settings.run_dir)
     spark.streams.addListener(metrics)
     try:
-        ingest = ingest_writer(spark, settings, store)
-        gold = {
-            "speed_revenue": revenue_writer(spark, settings, store, on_batch=metrics.note_batch),
-            "speed_order_payments": order_payments_writer(spark, settings, store, on_batch=metrics.note_batch),
-        }
+        ingesting = ingest_writers(spark, settings, store)
+        gold = gold_writers(spark, settings, store)
         metrics.write_heartbeat("starting")
         if on_started:
             on_started()
         if available_now:
-            _supervise([_start(settings, ingest, INGEST_QUERY, True)], metrics, stop)
+            _supervise([_start(settings, w, name, True) for name, w in ingesting.items()], metrics, stop)
             if not stop.is_set():
                 _supervise([_start(settings, w, name, True) for name, w in gold.items()], metrics, stop)
         else:
-            queries = [_start(settings, ingest, INGEST_QUERY, False)]
-            queries += [_start(settings, w, name, False) for name, w in gold.items()]
+            queries = [_start(settings, w, name, False) for name, w in {**ingesting, **gold}.items()]
             _supervise(queries, metrics, stop)
     finally:
         metrics.flush()

@@ -26,7 +26,7 @@ from include.alerts import notify
 from include.config import Settings
 from include.lakehouse import open_store
 from include.processes import group_alive, process_alive, stop_group
-from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
+from include.heartbeat import HEARTBEAT_FILE, read_heartbeat
 
 log = logging.getLogger(__name__)
 PID_FILE = "stream.pid"

@@ -167,7 +167,7 @@ class LakehouseStore(ABC):
             log.info("append to '%s' skipped: txn %s already committed", name, txn)
             return False
         path = self.path(name)
-        data = self._prepare(path, df)
+        data = self._prepare_append(path, df)
 
         def attempt() -> bool:
             # Re-checked on every attempt: a conflicting writer may have committed this txn.
@@ -321,6 +321,10 @@ class LakehouseStore(ABC):
     @abstractmethod
     def _prepare(self, path: str, df: Rows) -> Any:
         """Materialise ``df`` once for writing, so retries do not recompute it."""
+
+    def _prepare_append(self, path: str, df: Rows) -> Any:
+        """What :meth:`append` commits (engines may write the files here, once, before retries)."""
+        return self._prepare(path, df)
 
     @abstractmethod
     def _do_create(

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import Transaction
+from deltalake.transaction import AddAction, Transaction
 
 from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
 
@@ -21,6 +30,20 @@ def _commit_properties(txn: Txn | None) -> CommitProperties | None:
     if txn is None:
         return None
     return CommitProperties(app_transactions=[Transaction(txn.app_id, txn.version)])
+
+
+# Spark's name for a null partition value in a folder name; Delta's is the same.
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+STAGING = "_staging"  # inside the table folder: a rename into place never crosses file systems
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """Parquet files Spark's executors wrote into the table folder, not yet committed."""
+
+    actions: list[AddAction]
+    schema: pa.Schema
+    partition_by: list[str]
 
 
 def spark_schema_of(table: DeltaTable) -> StructType:
@@ -43,6 +66,49 @@ class DeltaRsStore(LakehouseStore):
     def _prepare(self, path: str, df: DataFrame | pa.Table) -> pa.Table:
         """Rows as Arrow, conformed to the table's column order, types and nullability."""
         data = df if isinstance(df, pa.Table) else df.toArrow()
+        return self._conform(path, data)
+
+    def _prepare_append(self, path: str, df: DataFrame | pa.Table) -> pa.Table | StagedFiles:
+        """Arrow rows as they are; a Spark DataFrame is written by the executors, so a micro-batch
+        never passes through the driver (which then commits just the file list)."""
+        if isinstance(df, pa.Table) or not DeltaTable.is_deltatable(path):
+            return self._prepare(path, df)
+        return self._stage(path, df)
+
+    def _stage(self, path: str, df: DataFrame) -> StagedFiles:
+        from pyspark.sql import functions as F
+
+        table = DeltaTable(path)
+        target = spark_schema_of(table)
+        missing = [f.name for f in target.fields if f.name not in df.columns]
+        if missing:
+            raise ValueError(f"columns {missing} of table {path} are missing from the data")
+        extra = [name for name in df.columns if name not in target.fieldNames()]
+        if extra:
+            raise ValueError(f"columns {extra} are not in the schema of table {path}")
+        partition_by = table.metadata().partition_columns
+        staging = Path(path) / STAGING / uuid.uuid4().hex
+        conformed = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+        conformed.write.partitionBy(*partition_by).parquet(str(staging))
+        actions = []
+        for file in sorted(staging.rglob("*.parquet")):
+            relative = file.relative_to(staging)
+            values = dict(part.split("=", 1) for part in relative.parts[:-1])
+            final = Path(path) / relative
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(file, final)
+            actions.append(
+                AddAction(
+                    path=str(relative), size=final.stat().st_size,
+                    partition_values={k: None if v == NULL_PARTITION else unquote(v) for k, v in values.items()},
+                    modification_time=int(time.time() * 1000), data_change=True,
+                    stats=json.dumps({"numRecords": pq.read_metadata(final).num_rows}),
+                )
+            )
+        shutil.rmtree(staging, ignore_errors=True)
+        return StagedFiles(actions, pa.schema(table.schema().to_arrow()), partition_by)
+
+    def _conform(self, path: str, data: pa.Table) -> pa.Table:
         if not DeltaTable.is_deltatable(path):
             return data.cast(pa.schema([field.with_nullable(True) for field in data.schema]))
         target = pa.schema(DeltaTable(path).schema().to_arrow())
@@ -65,7 +131,14 @@ class DeltaRsStore(LakehouseStore):
             configuration=properties,
         )
 
-    def _do_append(self, path: str, data: pa.Table, txn: Txn | None) -> None:
+    def _do_append(self, path: str, data: pa.Table | StagedFiles, txn: Txn | None) -> None:
+        if isinstance(data, StagedFiles):
+            if data.actions:
+                self._open(path).create_write_transaction(
+                    data.actions, "append", data.schema, partition_by=data.partition_by or None,
+                    commit_properties=_commit_properties(txn),
+                )
+            return
         write_deltalake(
             path, data, mode="append",
             commit_properties=_commit_properties(txn),

@@ -32,7 +32,7 @@ def test_passes_when_the_numbers_add_up(settings):
     store = open_store(settings)
     reconciliation(store, speed_rows=95, batch_rows=100, speed_orders=190, batch_orders=200)
     passed = check_data_quality(settings, DAY, store)
-    assert "orders in revenue_by_category_5m = rows of order_payments" in passed
+    assert "revenue_by_category_5m.orders = order_payments.rows" in passed
 
 
 def test_a_backfilled_day_without_speed_rows_is_not_drift(settings):

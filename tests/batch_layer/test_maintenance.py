@@ -10,22 +10,25 @@ from deltalake import DeltaTable
 
 from batch_layer.maintenance import all_tables, checkpoint_hygiene, compact_and_vacuum
 from include import tables
+from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
+
+REVENUE = VIEWS_BY_NAME["revenue_by_category_5m"]
 
 
 def test_compaction_and_vacuum_keep_every_row(spark, settings):
     store = open_store(settings, spark)
-    store.ensure_table(tables.SPEED_REVENUE, tables.REVENUE_SCHEMA, ["date"])
+    store.ensure_table(REVENUE.speed_table, REVENUE.schema, ["date"])
     start = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
     for i in range(5):
         row = (start, start, f"c{i}", float(i), 1, 1, date(2026, 11, 20))
-        store.append(tables.SPEED_REVENUE, spark.createDataFrame([row], tables.REVENUE_SCHEMA))
-    before = sorted(store.read(tables.SPEED_REVENUE).collect())
-    assert all_tables(settings.lakehouse_dir) == [tables.SPEED_REVENUE]
+        store.append(REVENUE.speed_table, spark.createDataFrame([row], REVENUE.schema))
+    before = sorted(store.read(REVENUE.speed_table).collect())
+    assert all_tables(settings.lakehouse_dir) == [REVENUE.speed_table]
     (result,) = compact_and_vacuum(settings)
     assert result["files_removed"] == 5 and result["files_added"] == 1
-    assert len(DeltaTable(store.path(tables.SPEED_REVENUE)).file_uris()) == 1
-    assert sorted(store.read(tables.SPEED_REVENUE).collect()) == before
+    assert len(DeltaTable(store.path(REVENUE.speed_table)).file_uris()) == 1
+    assert sorted(store.read(REVENUE.speed_table).collect()) == before
     assert result["vacuumed"] == 0  # the replaced files are younger than the 7-day retention
 
 

@@ -11,7 +11,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from batch_layer.coverage import covered_days
+from include.coverage import covered_days
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store

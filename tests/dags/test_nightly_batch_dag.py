@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from batch_layer.coverage import covered_days
+from include.coverage import covered_days
 from include import tables
 from include.alerts import deadline_missed
 from include.config import load_settings

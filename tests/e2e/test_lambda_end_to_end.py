@@ -9,7 +9,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from batch_layer.coverage import stale_days
+from include.coverage import stale_days
 from batch_layer.nightly import run_batch
 from include.generator import TrafficOptions, generate
 from serving.engine import ServingEngine

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from include.parsing import Parser, parse_topic
+from include.parsing import parse_topic
 
 ORDER = {"order_id": "o1", "user_id": "u1", "product_id": "p1", "category": "books", "amount": 12.5,
          "event_time": "2026-11-20T10:00:00Z"}
@@ -33,6 +33,9 @@ CASES = [
     ("bad timestamp '2026-11-20 10:00:00'", line(event_time="2026-11-20 10:00:00")),
     ("bad timestamp '2026-11-20T10:00:00'", line(event_time="2026-11-20T10:00:00")),
     ("invalid JSON", b""),
+    ("wrong type for 'user_id': expected string", line(user_id=12345)),
+    ("wrong type for 'category': expected string", line(category={"name": "books"})),
+    ("invalid JSON", line()[:-1] + b', "x": [1}'),
 ]
 
 
@@ -82,16 +85,17 @@ def test_event_ids_of_every_topic(spark):
                     "device_type": "mobile", "event_time": "2026-11-20T10:00:00Z"}),
         ("payments", {"payment_id": "p1", "order_id": "o1", "amount": 1.5, "method": "card", "event_time": "2026-11-20T10:00:00Z"}),
     ]
-    df = spark.createDataFrame([(t, bytearray(json.dumps(r).encode())) for t, r in lines], "topic string, value binary")
-    rows = {r["topic"]: r for r in Parser([t for t, _ in lines]).parse(df).collect()}
+    rows = {
+        topic: parse_topic(spark.createDataFrame([(bytearray(json.dumps(record).encode()),)], "value binary"), topic).first()
+        for topic, record in lines
+    }
     assert {t: r["reason"] for t, r in rows.items()} == dict.fromkeys(rows)
     assert rows["sensors"]["event_id"] == "D1|2026-11-20T10:00:00.037Z"
     assert rows["customers_cdc"]["event_id"] == "C7|1763632800000"
     assert rows["clicks"]["event_id"] == "e1" and rows["payments"]["event_id"] == "p1"
-    assert rows["customers_cdc"]["record_customers_cdc"]["before"]["customer_id"] == "C7"
-    assert rows["clicks"]["record_payments"] is None  # each topic's record only on its own rows
+    assert rows["customers_cdc"]["record"]["before"]["customer_id"] == "C7"
 
 
-def test_unknown_topic_is_rejected():
-    with pytest.raises(ValueError, match="unknown topics"):
-        Parser(["nope"])
+def test_unknown_topic_is_rejected(spark):
+    with pytest.raises(ValueError, match="unknown topic 'nope'"):
+        parse_topic(spark.createDataFrame([(bytearray(b"{}"),)], "value binary"), "nope")

@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from batch_layer.coverage import bronze_fingerprint, mark_covered
+from include.coverage import bronze_fingerprint, mark_covered
 from include import tables
+from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
 from serving.engine import QueryRefused, ServingEngine
 
 D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
+
+REVENUE = VIEWS_BY_NAME["revenue_by_category_5m"]
 
 
 def revenue_row(day, revenue):
@@ -26,10 +29,10 @@ def revenue_row(day, revenue):
 @pytest.fixture
 def lake(spark, settings):
     store = open_store(settings, spark)
-    for table in (tables.SPEED_REVENUE, tables.BATCH_REVENUE):
-        store.ensure_table(table, tables.REVENUE_SCHEMA, ["date"])
-    store.append(tables.SPEED_REVENUE, spark.createDataFrame([revenue_row(D1, 1.0), revenue_row(D2, 2.0)], tables.REVENUE_SCHEMA))
-    store.append(tables.BATCH_REVENUE, spark.createDataFrame([revenue_row(D1, 10.0)], tables.REVENUE_SCHEMA))
+    for table in (REVENUE.speed_table, REVENUE.batch_table):
+        store.ensure_table(table, REVENUE.schema, ["date"])
+    store.append(REVENUE.speed_table, spark.createDataFrame([revenue_row(D1, 1.0), revenue_row(D2, 2.0)], REVENUE.schema))
+    store.append(REVENUE.batch_table, spark.createDataFrame([revenue_row(D1, 10.0)], REVENUE.schema))
     return settings, store
 
 

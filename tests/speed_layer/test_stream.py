@@ -16,15 +16,15 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-import include.views
 from include import tables
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from include.schemas import TOPIC_NAMES
+from include.views import VIEWS_BY_NAME
 from speed_layer import gold
-from speed_layer.metrics import read_heartbeat
-from speed_layer.runner import run_stream
+from include.heartbeat import read_heartbeat
+from speed_layer.runner import ingest_totals, run_stream
 from speed_layer.sources import kafka_unavailable_reason
 
 
@@ -42,10 +42,15 @@ def utc(hour, minute):
     return datetime(2026, 11, 20, hour, minute)  # collected timestamps: naive UTC
 
 
-def test_speed_views_use_the_shared_definitions():
-    assert gold.revenue_by_category_5m is include.views.revenue_by_category_5m
-    assert gold.order_payments is include.views.order_payments
-    assert gold.first_payment is include.views.first_payment
+SPEED_REVENUE = VIEWS_BY_NAME["revenue_by_category_5m"].speed_table
+SPEED_ORDER_PAYMENTS = VIEWS_BY_NAME["order_payments"].speed_table
+
+
+def test_every_registered_view_has_a_speed_query(spark, settings):
+    from include.lakehouse import open_store
+
+    writers = gold.gold_writers(spark, settings, open_store(settings, spark))
+    assert sorted(writers) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME)
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
@@ -59,7 +64,7 @@ def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     assert late[0]["lateness_seconds"] == 480.0
 
     revenue = {(r["window_start"], r["category"]): (r["revenue"], r["orders"])
-               for r in store.read(tables.SPEED_REVENUE).collect()}
+               for r in store.read(SPEED_REVENUE).collect()}
     assert revenue == {(utc(10, 0), "books"): (10.0, 1), (utc(10, 20), "books"): (6.0, 2)}
     silver = {r["order_id"]: r["is_late"] for r in store.read(tables.silver("orders")).collect()}
     assert silver == {"o1": False, "o2": False, "o3": True, "o4": False}  # late events are kept
@@ -75,7 +80,7 @@ def test_join_paid_unpaid_pending(spark, settings, land):
     store = run_stream(settings, available_now=True)
 
     assert [(r["topic"], r["event_id"]) for r in store.read(tables.LATE_EVENTS).collect()] == [("payments", "p2")]
-    speed = store.read(tables.SPEED_ORDER_PAYMENTS)
+    speed = store.read(SPEED_ORDER_PAYMENTS)
     status = {r["order_id"]: (r["status"], r["payment_id"]) for r in speed.collect()}
     assert status == {"o1": ("paid", "p1"), "o2": ("unpaid", None), "o9": ("paid", "p9"), "o3": ("pending", None)}
 
@@ -84,25 +89,23 @@ def test_accounting_on_generated_data(spark, settings):
     options = TrafficOptions(duplicate_fraction=0.05, corrupt_fraction=0.03, late_fraction=0.03, orders_per_hour=100)
     ledger = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1.5, options, seed=3, progress=False).ledger
     store = run_stream(settings, available_now=True)
-    accounted = store.read(tables.INGEST_BATCHES).groupBy("topic").agg(
-        *[F.sum(c).alias(c) for c in ("bronze_rows", "silver_rows", "dlq_rows", "duplicate_rows", "late_rows")]
-    )
-    by_topic = {r["topic"]: r for r in accounted.collect()}
+    by_topic = {r["topic"]: r for r in ingest_totals(store)}
     dlq = {r["topic"]: r["count"] for r in store.read(tables.DLQ).groupBy("topic").count().collect()}
     for topic in TOPIC_NAMES:
         truth, counted = ledger["topics"][topic], by_topic[topic]
         bronze = store.read(tables.bronze(topic)).count()
         silver = store.read(tables.silver(topic)).count()
-        assert bronze == truth["lines"] == counted["bronze_rows"], topic  # landed = Bronze
-        assert silver == truth["valid"] == counted["silver_rows"], topic
-        assert dlq[topic] == truth["corrupt"] == counted["dlq_rows"], topic
-        assert counted["duplicate_rows"] == truth["duplicate"], topic
-        assert bronze == silver + dlq[topic] + counted["duplicate_rows"], topic
+        assert bronze == truth["lines"] == counted["bronze"], topic  # landed = Bronze
+        assert silver == truth["valid"] == counted["silver"], topic
+        assert dlq[topic] == truth["corrupt"] == counted["dlq"], topic
+        assert counted["duplicate"] == truth["duplicate"], topic
+        assert counted["late"] == truth["late"], topic
         assert store.read(tables.silver(topic)).select("event_id").distinct().count() == silver
     reasons = {r["reason"].split(" '")[0].split(":")[0] for r in store.read(tables.DLQ).collect()}
     assert {"invalid JSON", "missing field", "wrong type for", "bad timestamp"} <= reasons
     # The watermark persisted: every batch after the first knew the max event time before it.
-    assert store.read(tables.INGEST_BATCHES).where("batch_id > 0 AND watermark IS NULL").count() == 0
+    ingested = store.read(tables.INGEST_BATCHES).where("query = 'speed_ingest'")
+    assert ingested.where("batch_id > 0 AND watermark IS NULL").count() == 0
 
 
 @pytest.mark.slow
@@ -140,12 +143,12 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
         assert silver.count() == truth["valid"] == silver.select("event_id").distinct().count(), topic
     assert store.read(tables.DLQ).count() == sum(t["corrupt"] for t in ledger["topics"].values())
     ingest = store.read(tables.INGEST_BATCHES)
-    assert ingest.count() == ingest.select("batch_id", "topic").distinct().count()
-    revenue = store.read(tables.SPEED_REVENUE)
+    assert ingest.count() == ingest.select("query", "batch_id", "topic").distinct().count()
+    revenue = store.read(SPEED_REVENUE)
     assert revenue.count() == revenue.select("window_start", "category").distinct().count()
     on_time_orders = store.read(tables.silver("orders")).where("NOT is_late").count()
     assert revenue.agg(F.sum("orders")).first()[0] == on_time_orders
-    payments = store.read(tables.SPEED_ORDER_PAYMENTS)
+    payments = store.read(SPEED_ORDER_PAYMENTS)
     assert payments.count() == payments.select("order_id").distinct().count()
 
 

@@ -17,7 +17,7 @@ from include import tables
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
-from speed_layer.metrics import HEARTBEAT_FILE, read_heartbeat
+from include.heartbeat import HEARTBEAT_FILE, read_heartbeat
 from speed_layer.supervisor import (
     PID_FILE, check_freshness, diagnose, stop_stream, supervise,
 )
@@ -105,7 +105,7 @@ def test_freshness_sla_alert(home):
     store = open_store(home)
     store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
     old = datetime.now(timezone.utc) - timedelta(hours=2)
-    row = {"batch_id": 0, "topic": "orders", "bronze_rows": 1, "dlq_rows": 0, "silver_rows": 1, "duplicate_rows": 0,
+    row = {"query": "speed_ingest", "batch_id": 0, "topic": "orders", "bronze_rows": 1, "dlq_rows": 0, "silver_rows": 1,
            "late_rows": 0, "max_event_time": old, "watermark": None, "processed_at": old}
     store.append(tables.INGEST_BATCHES, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)))
     lag = check_freshness(home, datetime.now(timezone.utc))

@@ -3,7 +3,8 @@
 A day is covered once its views are written (the coverage row is committed last, in one commit).
 The row fingerprints the Bronze input the run read (rows per topic and event day, from the Delta
 log's statistics); when Bronze later holds more rows for those days, the day is stale and a new
-``lambdalake batch --date`` restates it.
+``lambdalake batch --date`` restates it. Shared by the batch layer (writes), serving and
+``status`` (reads).
 """
 
 from __future__ import annotations
@@ -16,17 +17,24 @@ import pyarrow as pa
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
-from batch_layer.recompute import days_needed
+from include.views import VIEWS
 
-INPUT_TOPICS = ("orders", "payments")
+
+def input_days(settings: Settings, day: date) -> dict[str, list[date]]:
+    """Per topic, the event days some view reads to rebuild ``day``."""
+    needed: dict[str, set[date]] = {}
+    for view in VIEWS:
+        for topic in view.inputs:
+            needed.setdefault(topic, set()).update(view.input_days(topic, day, settings))
+    return {topic: sorted(days) for topic, days in needed.items()}
 
 
 def bronze_fingerprint(store: LakehouseStore, settings: Settings, day: date) -> dict[str, int]:
     """Bronze rows per input topic and event day that the day's views read."""
     fingerprint = {}
-    for topic in INPUT_TOPICS:
-        days = [day] if topic == "orders" else days_needed(day, settings.join_window)
-        counts = store.partition_row_counts(tables.bronze(topic), "event_date") if store.exists(tables.bronze(topic)) else {}
+    for topic, days in input_days(settings, day).items():
+        table = tables.bronze(topic)
+        counts = store.partition_row_counts(table, "event_date") if store.exists(table) else {}
         for needed in days:
             fingerprint[f"{topic}:{needed.isoformat()}"] = counts.get(needed, 0)
     return fingerprint

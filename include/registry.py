@@ -1,0 +1,89 @@
+"""The view registry's vocabulary: what a Gold view declares so every layer can run it.
+
+A view is one DataFrame -> DataFrame definition plus one :class:`ViewSpec`. The speed layer,
+batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
+nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+    from include.config import Settings
+
+
+@dataclass(frozen=True)
+class ViewContext:
+    """What a definition may depend on besides its inputs."""
+
+    settings: Settings
+    # True in the batch layer (full history, exact distinct counts, every join window closed);
+    # False in the speed layer (watermarked streams, approximations where state would be unbounded).
+    exact: bool
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """Rows the batch has that the speed view missed, kept in their own table and counted as a
+    reconciliation metric (e.g. orders paid by a payment that arrived after the watermark)."""
+
+    metric: str
+    table: str
+    schema: StructType
+    rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> recovered rows
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """Everything the layers need to know about one Gold view."""
+
+    name: str  # the SQL name in serving, e.g. ``revenue_by_category_5m``
+    inputs: tuple[str, ...]  # topics, each handed to ``define`` as a DataFrame of typed events
+    define: Callable[[Mapping[str, DataFrame], ViewContext], DataFrame]
+    schema: StructType  # the stored rows: served columns plus the ``date`` partition
+    keys: tuple[str, ...]  # one stored row per key
+    key_time: str  # its UTC day decides batch coverage (the merge rule)
+    speed_mode: Literal["update", "append"]  # Structured Streaming output mode of the speed query
+    # A speed row replaces the stored one only where this SQL holds (``t.`` stored, ``s.`` new);
+    # None: always.
+    speed_replace_when: str | None = None
+    # Several rows of one key in a micro-batch: which one counts (None: keys are unique).
+    one_per_key: Callable[[DataFrame], DataFrame] | None = None
+    # Days after the view's day that an input topic must be read for (e.g. a join window that
+    # opens before midnight closes after it).
+    lookahead: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)
+    metrics: Mapping[str, Callable[[], Column]] = field(default_factory=dict)  # reconciliation
+    drift_metrics: tuple[str, ...] = ()  # nightly data quality: speed within the allowed drift
+    recovered: Recovered | None = None
+
+    @property
+    def speed_table(self) -> str:
+        return f"speed/{self.name}"
+
+    @property
+    def batch_table(self) -> str:
+        return f"batch/{self.name}"
+
+    @property
+    def columns(self) -> list[str]:
+        """The served columns (the stored ones without the ``date`` partition)."""
+        return [name for name in self.schema.fieldNames() if name != "date"]
+
+    def input_days(self, topic: str, day: date, settings: Settings) -> list[date]:
+        """The event days of ``topic`` the batch reads to rebuild ``day`` exactly."""
+        reach = self.lookahead.get(topic)
+        extra = math.ceil(reach(settings) / timedelta(days=1)) if reach else 0
+        return [day + timedelta(days=n) for n in range(extra + 1)]
+
+
+def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:
+    """Every topic some view reads, in first-use order."""
+    return tuple(dict.fromkeys(topic for view in views for topic in view.inputs))

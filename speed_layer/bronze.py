@@ -1,0 +1,65 @@
+"""The Bronze query: every landed line, byte for byte, into ``bronze/<topic>``.
+
+Bronze is the master dataset the batch layer rebuilds from, so it takes every line: valid,
+corrupt or duplicate. Its own streaming query (the ingest query removes duplicates before it
+writes). Spark's executors write the files; the driver commits each topic's file list with the
+transaction id ``(speed_bronze, batch_id)``, so a micro-batch replayed after a crash commits
+nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql import functions as F
+
+from include import tables
+from include.lakehouse import LakehouseStore, Txn
+from include.parsing import bronze_event_date
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+QUERY = "speed_bronze"
+
+
+def with_event_date(raw: dict[str, DataFrame]) -> DataFrame:
+    """The raw streams of all topics as one, each line with its event date."""
+    streams = [stream.withColumn("event_date", bronze_event_date(topic)) for topic, stream in raw.items()]
+    union = streams[0]
+    for stream in streams[1:]:
+        union = union.unionByName(stream)
+    return union
+
+
+class BronzeBatch:
+    """The ``foreachBatch`` function of the Bronze query."""
+
+    def __init__(self, store: LakehouseStore, topics: tuple[str, ...]) -> None:
+        self.store, self.topics = store, topics
+        for topic in topics:
+            store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
+        store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        now = datetime.now(timezone.utc)
+        batch = batch.withColumns({"ingested_at": F.lit(now), "batch_id": F.lit(batch_id).cast("long")}).persist()
+        try:
+            counts = {row["topic"]: row["count"] for row in batch.groupBy("topic").count().collect()}
+            txn = Txn(QUERY, batch_id)
+            for topic, count in sorted(counts.items()):
+                self.store.append(tables.bronze(topic), batch.where(F.col("topic") == topic).drop("topic"), txn)
+            accounting = [
+                {"query": QUERY, "batch_id": batch_id, "topic": topic, "bronze_rows": count, "processed_at": now}
+                for topic, count in sorted(counts.items())
+            ]
+            if accounting:  # last: the row says every Bronze write of the batch is committed
+                self.store.append(
+                    tables.INGEST_BATCHES,
+                    pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
+                    txn,
+                )
+        finally:
+            batch.unpersist()

@@ -1,0 +1,111 @@
+"""Every view definition and shared rule on tiny inline frames, with its boundary cases."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from include.registry import ViewContext, input_topics
+from include.views import (
+    ORDER_PAYMENTS_SCHEMA,
+    VIEWS,
+    VIEWS_BY_NAME,
+    best_order_status,
+    first_copies,
+    order_payments,
+    revenue_by_category_5m,
+)
+
+ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp"
+PAYMENTS = "payment_id string, order_id string, amount double, event_time timestamp"
+
+
+def t(hour, minute, second=0):
+    return datetime(2026, 11, 20, hour, minute, second)
+
+
+@pytest.fixture
+def exact(settings):
+    return ViewContext(settings, exact=True)
+
+
+def test_revenue_windows_are_tumbling_and_exact_in_batch(spark, exact):
+    orders = spark.createDataFrame(
+        [("o1", "u1", "books", 10.10, t(10, 0)), ("o2", "u1", "books", 0.20, t(10, 4, 59)),
+         ("o3", "u2", "books", 5.00, t(10, 5)),  # exactly at the next window's start
+         ("o4", "u3", "toys", 1.00, t(10, 1))],
+        ORDERS,
+    )
+    expected = spark.createDataFrame(
+        [(t(10, 0), t(10, 5), "books", 10.30, 2, 1, date(2026, 11, 20)),
+         (t(10, 5), t(10, 10), "books", 5.00, 1, 1, date(2026, 11, 20)),
+         (t(10, 0), t(10, 5), "toys", 1.00, 1, 1, date(2026, 11, 20))],
+        VIEWS_BY_NAME["revenue_by_category_5m"].schema,
+    )
+    assertDataFrameEqual(revenue_by_category_5m({"orders": orders}, exact), expected)
+
+
+def test_first_payment_inside_the_join_window(spark, exact):
+    orders = spark.createDataFrame(
+        [("o1", "u1", "books", 10.0, t(10, 0)), ("o2", "u1", "books", 20.0, t(10, 0)),
+         ("o3", "u2", "toys", 30.0, t(10, 0)), ("o4", "u2", "toys", 40.0, t(10, 0))],
+        ORDERS,
+    )
+    payments = spark.createDataFrame(
+        [("p1", "o1", 10.0, t(11, 0)),  # exactly at order time + 1 h: inside
+         ("p2", "o2", 20.0, t(9, 59)),  # before the order: outside
+         ("p3", "o2", 20.0, t(11, 0, 1)),  # one second after the window: outside
+         ("p5", "o3", 30.0, t(10, 30)), ("p4", "o3", 30.0, t(10, 30)),  # same instant: lower id wins
+         ("p6", "o4", None, t(10, 5))],  # a null amount still pays (validation is the parser's job)
+        PAYMENTS,
+    )
+    day = date(2026, 11, 20)
+    expected = spark.createDataFrame(
+        [("o1", "u1", "books", 10.0, t(10, 0), "p1", 10.0, t(11, 0), "paid", day),
+         ("o2", "u1", "books", 20.0, t(10, 0), None, None, None, "unpaid", day),
+         ("o3", "u2", "toys", 30.0, t(10, 0), "p4", 30.0, t(10, 30), "paid", day),
+         ("o4", "u2", "toys", 40.0, t(10, 0), "p6", None, t(10, 5), "paid", day)],
+        ORDER_PAYMENTS_SCHEMA,
+    )
+    assertDataFrameEqual(order_payments({"orders": orders, "payments": payments}, exact), expected)
+
+
+def test_speed_rows_include_pending_and_the_best_status_wins(spark, settings):
+    orders = spark.createDataFrame([("o1", "u1", "books", 10.0, t(10, 0))], ORDERS)
+    payments = spark.createDataFrame([("p1", "o1", 10.0, t(10, 10))], PAYMENTS)
+    speed = order_payments({"orders": orders, "payments": payments}, ViewContext(settings, exact=False))
+    assert sorted(r["status"] for r in speed.collect()) == ["paid", "pending"]
+    assert [(r["order_id"], r["status"], r["payment_id"]) for r in best_order_status(speed).collect()] == [("o1", "paid", "p1")]
+    unpaid_and_pending = speed.where("status = 'pending'").unionByName(
+        speed.where("status = 'pending'").selectExpr(*[c if c != "status" else "'unpaid' AS status" for c in speed.columns])
+    )
+    assert [r["status"] for r in best_order_status(unpaid_and_pending).collect()] == ["unpaid"]
+
+
+def test_first_copies_keep_the_first_arrival_in_batch(spark):
+    rows = spark.createDataFrame(
+        [("e1", t(10, 2), "b.jsonl", bytearray(b"second")), ("e1", t(10, 1), "a.jsonl", bytearray(b"first")),
+         ("e1", t(10, 1), "a.jsonl", bytearray(b"zfirst-tie")), ("e2", None, "c.jsonl", bytearray(b"only"))],
+        "event_id string, arrived_at timestamp, source string, value binary",
+    )
+    kept = {r["event_id"]: bytes(r["value"]) for r in first_copies(rows, ["event_id"]).collect()}
+    assert kept == {"e1": b"first", "e2": b"only"}
+
+
+def test_the_registry_declares_each_view_completely():
+    assert [view.name for view in VIEWS] == list(VIEWS_BY_NAME)
+    for view in VIEWS:
+        assert view.schema.fieldNames()[-1] == "date" and view.key_time in view.columns
+        assert set(view.keys) <= set(view.columns) and "rows" in view.metrics
+        assert set(view.drift_metrics) <= set(view.metrics)
+        assert view.speed_table == f"speed/{view.name}" and view.batch_table == f"batch/{view.name}"
+    assert input_topics(VIEWS) == ("orders", "payments")
+
+
+def test_input_days_follow_the_join_window(settings):
+    view = VIEWS_BY_NAME["order_payments"]
+    day = date(2026, 11, 20)
+    assert view.input_days("orders", day, settings) == [day]
+    assert view.input_days("payments", day, settings) == [day, date(2026, 11, 21)]
