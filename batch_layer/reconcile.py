@@ -28,7 +28,7 @@ def _day(store: LakehouseStore, table: str, view: ViewSpec, day: date) -> DataFr
 
 
 def _measure(rows: DataFrame, view: ViewSpec) -> dict[str, float]:
-    measured = rows.agg(*[metric().alias(name) for name, metric in view.metrics.items()]).first().asDict()
+    measured = rows.agg(*[F.expr(sql).alias(name) for name, sql in view.metrics.items()]).first().asDict()
     return {name: float(value or 0) for name, value in measured.items()}
 
 
@@ -43,7 +43,7 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
             rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))
         if view.recovered:
             recovered = view.recovered.rows(speed, batch).cache()
-            store.ensure_table(view.recovered.table, view.recovered.schema, ["date"])
+            store.ensure_table(view.recovered.table, view.recovered_schema, ["date"])
             store.replace_partition(view.recovered.table, recovered, {"date": day})
             rows.append(_row(view.name, day, view.recovered.metric, 0.0, float(recovered.count()), computed_at))
             recovered.unpersist()

@@ -42,12 +42,9 @@ def _field(path: str) -> Column:
     return F.expr(f"variant_get({JSON}, '$.{path}')")
 
 
-def _variant_type(path: str) -> Column:
-    return F.expr(f"schema_of_variant(variant_get({JSON}, '$.{path}'))")
-
-
-def _has_type(path: str, json_type: str) -> Column:
-    kind = _variant_type(path)
+def _has_type(variant: str, json_type: str) -> Column:
+    """Whether the VARIANT SQL expression ``variant`` holds a value of ``json_type``."""
+    kind = F.expr(f"schema_of_variant({variant})")
     if json_type in ("string", "timestamp"):
         return kind == "STRING"
     if json_type == "integer":
@@ -78,7 +75,7 @@ def _field_problems(topic: str, schema: StructType, prefix: str = "") -> list[tu
             problems.append((value.isNull(), F.lit(f"missing field '{path}'")))
             problems.append((null, F.lit(f"null value for required field '{path}'")))
         present = value.isNotNull() & ~null
-        problems.append((present & ~_has_type(path, json_type), F.lit(f"wrong type for '{path}': expected {json_type}")))
+        problems.append((present & ~_has_type(f"variant_get({JSON}, '$.{path}')", json_type), F.lit(f"wrong type for '{path}': expected {json_type}")))
         if json_type == "timestamp":
             problems.append(
                 (present & _timestamp(path).isNull(),
@@ -137,17 +134,6 @@ def _top(name: str) -> str:
     return f"{FIELDS}.`{name}`"
 
 
-def _has_json_type(name: str, json_type: str) -> Column:
-    kind = F.expr(f"schema_of_variant({_top(name)})")
-    if json_type in ("string", "timestamp"):
-        return kind == "STRING"
-    if json_type == "integer":
-        return kind.isin(*INTEGER_TYPES)
-    if json_type == "number":
-        return kind.isin(*NUMBER_TYPES) | kind.startswith("DECIMAL")
-    return kind.startswith("OBJECT")
-
-
 def looks_valid(topic: str) -> Column:
     """One-shot validity of a flat topic's line from its top-level fields: required ones present
     and not null, every present one of its JSON type, timestamps and enum values well-formed.
@@ -159,7 +145,7 @@ def looks_valid(topic: str) -> Column:
         json_type = _json_type(field.dataType)
         if not field.nullable:
             ok = ok & present
-        ok = ok & (~present | _has_json_type(field.name, json_type))
+        ok = ok & (~present | _has_type(_top(field.name), json_type))
         if json_type == "timestamp":
             ok = ok & (~present | F.col(TIME).isNotNull())
         allowed = ENUMS.get((topic, field.name))

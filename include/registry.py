@@ -3,6 +3,9 @@
 A view is one DataFrame -> DataFrame definition plus one :class:`ViewSpec`. The speed layer,
 batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
 nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.
+
+DAG files import the registry while Airflow parses them, so nothing here imports pyspark until a
+schema is asked for: columns are declared as ``"name type, …"`` and metrics as SQL.
 """
 
 from __future__ import annotations
@@ -14,10 +17,31 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
     from include.config import Settings
+
+def column_names(fields: str) -> list[str]:
+    """The names of ``"name type, name type"``."""
+    return [declared.split()[0] for declared in fields.split(",")]
+
+
+def struct(fields: str) -> StructType:
+    """A StructType (all fields nullable) from ``"name type, name type"`` of simple types."""
+    from pyspark.sql import types as T
+
+    spark_types = {
+        "string": T.StringType, "double": T.DoubleType, "bigint": T.LongType, "int": T.IntegerType,
+        "boolean": T.BooleanType, "date": T.DateType, "timestamp": T.TimestampType,
+    }
+    parsed = []
+    for declared in fields.split(","):
+        name, kind = declared.split()
+        if kind not in spark_types:
+            raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}")
+        parsed.append(T.StructField(name, spark_types[kind]()))
+    return T.StructType(parsed)
 
 
 @dataclass(frozen=True)
@@ -37,7 +61,7 @@ class Recovered:
 
     metric: str
     table: str
-    schema: StructType
+    extra_fields: str  # columns besides the view's own, ``"name type, …"``
     rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> recovered rows
 
 
@@ -48,9 +72,10 @@ class ViewSpec:
     name: str  # the SQL name in serving, e.g. ``revenue_by_category_5m``
     inputs: tuple[str, ...]  # topics, each handed to ``define`` as a DataFrame of typed events
     define: Callable[[Mapping[str, DataFrame], ViewContext], DataFrame]
-    schema: StructType  # the stored rows: served columns plus the ``date`` partition
+    fields: str  # the stored rows, ``"name type, …"``: served columns plus ``date date`` last
     keys: tuple[str, ...]  # one stored row per key
     key_time: str  # its UTC day decides batch coverage (the merge rule)
+    freshness_time: str  # its max in the speed view says how far the stream has got
     speed_mode: Literal["update", "append"]  # Structured Streaming output mode of the speed query
     # A speed row replaces the stored one only where this SQL holds (``t.`` stored, ``s.`` new);
     # None: always.
@@ -60,7 +85,7 @@ class ViewSpec:
     # Days after the view's day that an input topic must be read for (e.g. a join window that
     # opens before midnight closes after it).
     lookahead: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)
-    metrics: Mapping[str, Callable[[], Column]] = field(default_factory=dict)  # reconciliation
+    metrics: Mapping[str, str] = field(default_factory=dict)  # reconciliation: name -> SQL aggregate
     drift_metrics: tuple[str, ...] = ()  # nightly data quality: speed within the allowed drift
     recovered: Recovered | None = None
 
@@ -73,9 +98,17 @@ class ViewSpec:
         return f"batch/{self.name}"
 
     @property
+    def schema(self) -> StructType:
+        return struct(self.fields)
+
+    @property
+    def recovered_schema(self) -> StructType:
+        return struct(f"{self.fields}, {self.recovered.extra_fields}")
+
+    @property
     def columns(self) -> list[str]:
         """The served columns (the stored ones without the ``date`` partition)."""
-        return [name for name in self.schema.fieldNames() if name != "date"]
+        return [name for name in column_names(self.fields) if name != "date"]
 
     def input_days(self, topic: str, day: date, settings: Settings) -> list[date]:
         """The event days of ``topic`` the batch reads to rebuild ``day`` exactly."""

@@ -73,6 +73,8 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # Delta's timestamp encoding (Spark's default INT96 is legacy).
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        # Task outputs move into place once, not twice (many small write jobs per micro-batch).
+        .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "2")
         # Streaming state commits write a small changelog instead of a full RocksDB snapshot.
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         # Keep Spark's own metadata files out of the working directory.

@@ -8,20 +8,21 @@ history (``exact=True``). Event dedup, the first-payment rule and the ``pending`
 too, so the layers cannot drift apart.
 
 Adding a view: its definition and :class:`ViewSpec` here, its ground truth in the generator, its
-tests. Nothing else names it.
+tests. Nothing else names it. (DAG files import :data:`VIEWS` at parse time, so pyspark is
+imported inside the definitions, not at the top of this module.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
+from typing import TYPE_CHECKING
 
 from include.config import spark_interval
 from include.registry import Recovered, ViewContext, ViewSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 REVENUE_WINDOW = "5 minutes"
 # Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
@@ -32,9 +33,9 @@ FIRST_COPY_ORDER = ("arrived_at", "source", "value")
 
 
 # ---- shared rules ------------------------------------------------------------------------
-def money_sum(column: str) -> Column:
+def money_sum_sql(column: str) -> str:
     """Exact sum of currency amounts (decimal arithmetic, so any summation order agrees)."""
-    return F.sum(F.col(column).cast("decimal(18,2)")).cast("double")
+    return f"CAST(sum(CAST({column} AS DECIMAL(18,2))) AS DOUBLE)"
 
 
 def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | None = None) -> DataFrame:
@@ -44,6 +45,9 @@ def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | Non
     ingested (``ingested_at``, which only moves forward, so nothing is dropped as late); a batch
     keeps the minimum by :data:`FIRST_COPY_ORDER`, the copy the stream kept.
     """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     if horizon is not None:
         return events.withWatermark("ingested_at", spark_interval(horizon)).dropDuplicatesWithinWatermark(list(key))
     order = Window.partitionBy(*key).orderBy(*[F.col(c).asc_nulls_last() for c in FIRST_COPY_ORDER])
@@ -51,27 +55,14 @@ def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | Non
 
 
 # ---- revenue_by_category_5m ----------------------------------------------------------------
-REVENUE_SCHEMA = StructType(
-    [
-        StructField("window_start", TimestampType()),
-        StructField("window_end", TimestampType()),
-        StructField("category", StringType()),
-        StructField("revenue", DoubleType()),
-        StructField("orders", LongType()),
-        StructField("unique_buyers", LongType()),
-        StructField("date", DateType()),
-    ]
-)
-
-
 def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
-    orders = inputs["orders"]
-    exact = context.exact
-    buyers = F.count_distinct("user_id") if exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
+    from pyspark.sql import functions as F
+
+    buyers = F.count_distinct("user_id") if context.exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
     return (
-        orders.groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
-        .agg(money_sum("amount").alias("revenue"), F.count(F.lit(1)).alias("orders"), buyers.alias("unique_buyers"))
+        inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
+        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), buyers.alias("unique_buyers"))
         .select(
             F.col("window.start").alias("window_start"),
             F.col("window.end").alias("window_end"),
@@ -85,21 +76,6 @@ def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext
 
 
 # ---- order_payments ------------------------------------------------------------------------
-ORDER_PAYMENTS_SCHEMA = StructType(
-    [
-        StructField("order_id", StringType()),
-        StructField("user_id", StringType()),
-        StructField("category", StringType()),
-        StructField("amount", DoubleType()),
-        StructField("order_time", TimestampType()),
-        StructField("payment_id", StringType()),
-        StructField("paid_amount", DoubleType()),
-        StructField("pay_time", TimestampType()),
-        StructField("status", StringType()),
-        StructField("date", DateType()),
-    ]
-)
-
 ORDER_PAYMENTS_REPLACE_WHEN = (
     "(s.status = 'paid' AND (t.status <> 'paid' OR s.pay_time < t.pay_time"
     " OR (s.pay_time = t.pay_time AND s.payment_id < t.payment_id)))"
@@ -109,6 +85,8 @@ ORDER_PAYMENTS_REPLACE_WHEN = (
 
 def pending_orders(orders: DataFrame) -> DataFrame:
     """Orders whose join window is still open, as order_payments rows (speed layer only)."""
+    from pyspark.sql import functions as F
+
     return orders.select(
         "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
         F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
@@ -119,11 +97,17 @@ def pending_orders(orders: DataFrame) -> DataFrame:
 
 def status_rank() -> Column:
     """Status precedence: paid (window matched) before unpaid (window closed) before pending."""
+    from pyspark.sql import functions as F
+
     return F.when(F.col("status") == "paid", 0).when(F.col("status") == "unpaid", 1).otherwise(2)
 
 
 def best_order_status(rows: DataFrame) -> DataFrame:
-    """One row per order, by :func:`status_rank`; a paid order keeps its first payment."""
+    """One row per order, by :func:`status_rank`; a paid order keeps its first payment.
+    (:data:`ORDER_PAYMENTS_REPLACE_WHEN` is the same rule for a stored row and a new one.)"""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     ranking = (status_rank(), F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
     rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*ranking))
     return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
@@ -133,6 +117,8 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> Dat
     """Each order with the first payment whose time lies in ``[order_time, order_time + join
     window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
     ``pending`` (its window is open); the stored row then follows :func:`status_rank`."""
+    from pyspark.sql import functions as F
+
     orders, payments = inputs["orders"], inputs["payments"]
     order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
     payment = payments.select(
@@ -160,6 +146,8 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> Dat
 
 def late_paid_orders(speed: DataFrame, batch: DataFrame) -> DataFrame:
     """Orders paid in the batch view whose speed row is missing or not paid."""
+    from pyspark.sql import functions as F
+
     speed_status = speed.select("order_id", F.col("status").alias("speed_status"))
     return (
         batch.where(F.col("status") == "paid")
@@ -169,28 +157,22 @@ def late_paid_orders(speed: DataFrame, batch: DataFrame) -> DataFrame:
 
 
 # ---- the registry --------------------------------------------------------------------------
-def _count() -> Column:
-    return F.count(F.lit(1))
-
-
-def _count_status(status: str) -> Column:
-    return F.count(F.when(F.col("status") == status, 1))
-
-
 VIEWS: list[ViewSpec] = [
     ViewSpec(
         name="revenue_by_category_5m",
         inputs=("orders",),
         define=revenue_by_category_5m,
-        schema=REVENUE_SCHEMA,
+        fields="window_start timestamp, window_end timestamp, category string, revenue double, "
+        "orders bigint, unique_buyers bigint, date date",
         keys=("window_start", "category"),
         key_time="window_start",
+        freshness_time="window_end",
         speed_mode="update",
         metrics={
-            "rows": _count,
-            "revenue": lambda: money_sum("revenue"),
-            "orders": lambda: F.sum("orders"),
-            "unique_buyers": lambda: F.sum("unique_buyers"),
+            "rows": "count(*)",
+            "revenue": money_sum_sql("revenue"),
+            "orders": "sum(orders)",
+            "unique_buyers": "sum(unique_buyers)",
         },
         drift_metrics=("rows", "revenue", "orders"),
     ),
@@ -198,25 +180,27 @@ VIEWS: list[ViewSpec] = [
         name="order_payments",
         inputs=("orders", "payments"),
         define=order_payments,
-        schema=ORDER_PAYMENTS_SCHEMA,
+        fields="order_id string, user_id string, category string, amount double, order_time timestamp, "
+        "payment_id string, paid_amount double, pay_time timestamp, status string, date date",
         keys=("order_id",),
         key_time="order_time",
+        freshness_time="order_time",
         speed_mode="append",
         speed_replace_when=ORDER_PAYMENTS_REPLACE_WHEN,
         one_per_key=best_order_status,
         lookahead={"payments": lambda settings: settings.join_window},
         metrics={
-            "rows": _count,
-            "paid": lambda: _count_status("paid"),
-            "unpaid": lambda: _count_status("unpaid"),
-            "pending": lambda: _count_status("pending"),
-            "paid_amount": lambda: money_sum("paid_amount"),
+            "rows": "count(*)",
+            "paid": "count_if(status = 'paid')",
+            "unpaid": "count_if(status = 'unpaid')",
+            "pending": "count_if(status = 'pending')",
+            "paid_amount": money_sum_sql("paid_amount"),
         },
         drift_metrics=("rows",),
         recovered=Recovered(
             metric="late_matches_recovered",
             table="recovered_late_matches",
-            schema=StructType([*ORDER_PAYMENTS_SCHEMA.fields, StructField("speed_status", StringType())]),
+            extra_fields="speed_status string",
             rows=late_paid_orders,
         ),
     ),

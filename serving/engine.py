@@ -57,7 +57,7 @@ for _view in VIEWS:
     SOURCES[f"_batch_{_view.name}"] = (_view.batch_table, _view.schema)
     VIEWS_SQL[_view.name] = merged(_view.columns, f"_batch_{_view.name}", speed_relation(_view))
     if _view.recovered:
-        SOURCES[f"_{_view.recovered.table}"] = (_view.recovered.table, _view.recovered.schema)
+        SOURCES[f"_{_view.recovered.table}"] = (_view.recovered.table, _view.recovered_schema)
         VIEWS_SQL[_view.recovered.table] = f"SELECT * EXCLUDE (date) FROM _{_view.recovered.table}"
 QUERYABLE = sorted(VIEWS_SQL)
 

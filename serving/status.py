@@ -49,7 +49,7 @@ def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any
     }
     rows = []
     for view in VIEWS:
-        freshest = engine.connection.execute(f"SELECT max({view.key_time}) FROM {speed_relation(view)}").fetchone()[0]
+        freshest = engine.connection.execute(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}").fetchone()[0]
         rows.append(
             {
                 "view": view.name,

@@ -44,22 +44,22 @@ class BronzeBatch:
         store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        txn = Txn(QUERY, batch_id)
+        if self.store.is_committed(tables.INGEST_BATCHES, txn):  # a replay of a finished batch
+            return
         now = datetime.now(timezone.utc)
-        batch = batch.withColumns({"ingested_at": F.lit(now), "batch_id": F.lit(batch_id).cast("long")}).persist()
-        try:
-            counts = {row["topic"]: row["count"] for row in batch.groupBy("topic").count().collect()}
-            txn = Txn(QUERY, batch_id)
-            for topic, count in sorted(counts.items()):
-                self.store.append(tables.bronze(topic), batch.where(F.col("topic") == topic).drop("topic"), txn)
-            accounting = [
-                {"query": QUERY, "batch_id": batch_id, "topic": topic, "bronze_rows": count, "processed_at": now}
-                for topic, count in sorted(counts.items())
-            ]
-            if accounting:  # last: the row says every Bronze write of the batch is committed
-                self.store.append(
-                    tables.INGEST_BATCHES,
-                    pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
-                    txn,
-                )
-        finally:
-            batch.unpersist()
+        lines = batch.withColumns({"ingested_at": F.lit(now), "batch_id": F.lit(batch_id).cast("long")})
+        appended = self.store.append_split(lines, "topic", {topic: tables.bronze(topic) for topic in self.topics}, txn)
+        if None in appended.values():  # some topics were committed before a crash: count them again
+            appended = {tables.bronze(row["topic"]): row["count"] for row in lines.groupBy("topic").count().collect()}
+        accounting = [
+            {"query": QUERY, "batch_id": batch_id, "topic": topic, "bronze_rows": appended.get(tables.bronze(topic), 0),
+             "processed_at": now}
+            for topic in self.topics if appended.get(tables.bronze(topic))
+        ]
+        if accounting:  # last: the row says every Bronze write of the batch is committed
+            self.store.append(
+                tables.INGEST_BATCHES,
+                pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
+                txn,
+            )

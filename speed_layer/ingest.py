@@ -187,7 +187,7 @@ class IngestBatch:
         text = F.expr("make_valid_utf8(cast(value AS STRING))")
         raw = F.when(
             F.length("value") > DLQ_RAW_LIMIT,  # the whole line stays in Bronze
-            F.format_string(f"%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT), F.length("value")),
+            F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT), F.length("value")),
         ).otherwise(text)
         return batch.where(F.col("reason").isNotNull()).select(
             "topic", raw.alias("raw"), "reason", "source", "ingested_at", "batch_id"

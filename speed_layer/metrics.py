@@ -1,8 +1,8 @@
 """Stream metrics and heartbeat.
 
 A StreamingQueryListener turns every query progress into a ``stream_metrics`` row (input rows,
-rates, where the batch time went, watermark, state rows, rows dropped by watermark, output rows,
-...). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
+rates, where the batch time went, watermark, state rows, rows dropped by watermark, output
+rows). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
 calls every few seconds along with writing the heartbeat file the supervisor reads.
 """
 

@@ -2,8 +2,9 @@
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
 queries (in micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance
-between them), then one Gold query per view over the feeds ingest wrote. Otherwise all queries run continuously on a
-processing-time trigger until SIGTERM/SIGINT, which stops them after their current micro-batch.
+between them), then one Gold query per view over the feeds ingest wrote. Otherwise all queries
+run continuously on a processing-time trigger until SIGTERM/SIGINT, which stops them after their
+current micro-batch.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ class StreamFailed(RuntimeError):
 
 def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
     """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds)."""
-    raw = open_source(spark, settings)
+    raw = open_source(spark, settings)  # each query reads it with a source of its own
     topics = tuple(raw)
     bronze_lines = bronze.with_event_date(raw)
-    events = ingest.parsed_events(open_source(spark, settings), settings)
+    events = ingest.parsed_events(raw, settings)
     return {
         bronze.QUERY: bronze_lines.writeStream.queryName(bronze.QUERY).foreachBatch(bronze.BronzeBatch(store, topics)),
         ingest.QUERY: events.writeStream.queryName(ingest.QUERY).foreachBatch(ingest.IngestBatch(settings, store, topics)),

@@ -178,6 +178,18 @@ class LakehouseStore(ABC):
 
         return self._retrying(f"append to '{name}'", attempt)
 
+    def append_split(self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None) -> dict[str, int | None]:
+        """Append each value's rows of ``column`` to its table (``tables``: value -> table name,
+        all with the same schema), without ``column``. Returns the rows appended per table, None
+        where ``txn`` was already committed. Engines may write every table in one Spark job."""
+        from pyspark.sql import functions as F
+
+        appended: dict[str, int | None] = {}
+        for value, name in tables.items():
+            rows = df.where(F.col(column) == value).drop(column)
+            appended[name] = rows.count() if self.append(name, rows, txn) else None
+        return appended
+
     def merge(
         self,
         name: str,

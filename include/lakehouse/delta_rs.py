@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -45,6 +46,10 @@ class StagedFiles:
     schema: pa.Schema
     partition_by: list[str]
 
+    @property
+    def rows(self) -> int:
+        return sum(json.loads(action.stats)["numRecords"] for action in self.actions)
+
 
 def spark_schema_of(table: DeltaTable) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -76,25 +81,64 @@ class DeltaRsStore(LakehouseStore):
         return self._stage(path, df)
 
     def _stage(self, path: str, df: DataFrame) -> StagedFiles:
+        table = DeltaTable(path)
+        partition_by = table.metadata().partition_columns
+        staging = Path(path) / STAGING / uuid.uuid4().hex
+        self._conformed(table, df).write.partitionBy(*partition_by).parquet(str(staging))
+        return self._move_into(staging, path)
+
+    def append_split(self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None) -> dict[str, int | None]:
+        """One Spark job writes every table's files; each table then commits its own."""
         from pyspark.sql import functions as F
 
-        table = DeltaTable(path)
+        appended: dict[str, int | None] = {name: None for name in tables.values()}
+        pending = {value: name for value, name in tables.items() if not self.is_committed(name, txn)}
+        if not pending:
+            return appended
+        first = DeltaTable(self._require(next(iter(pending.values()))))
+        partition_by = first.metadata().partition_columns
+        staging = self.root / STAGING / uuid.uuid4().hex
+        rows = df.where(F.col(column).isin(*pending))
+        self._conformed(first, rows, also=column).write.partitionBy(column, *partition_by).parquet(str(staging))
+        try:
+            for value, name in pending.items():
+                path = self.path(name)
+                staged = self._move_into(staging / f"{column}={value}", path)
+
+                def attempt(name: str = name, path: str = path, staged: StagedFiles = staged) -> None:
+                    if not self.is_committed(name, txn):  # a conflicting writer may have committed it
+                        self._do_append(path, staged, txn)
+
+                self._retrying(f"append to '{name}'", attempt)
+                appended[name] = staged.rows
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return appended
+
+    @staticmethod
+    def _conformed(table: DeltaTable, df: DataFrame, also: str | None = None) -> DataFrame:
+        """``df`` with the table's columns, in its order and types (and column ``also``)."""
+        from pyspark.sql import functions as F
+
         target = spark_schema_of(table)
         missing = [f.name for f in target.fields if f.name not in df.columns]
         if missing:
-            raise ValueError(f"columns {missing} of table {path} are missing from the data")
-        extra = [name for name in df.columns if name not in target.fieldNames()]
+            raise ValueError(f"columns {missing} of table {table.table_uri} are missing from the data")
+        extra = [name for name in df.columns if name not in target.fieldNames() and name != also]
         if extra:
-            raise ValueError(f"columns {extra} are not in the schema of table {path}")
-        partition_by = table.metadata().partition_columns
-        staging = Path(path) / STAGING / uuid.uuid4().hex
-        conformed = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
-        conformed.write.partitionBy(*partition_by).parquet(str(staging))
+            raise ValueError(f"columns {extra} are not in the schema of table {table.table_uri}")
+        return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields], *([also] if also else []))
+
+    @staticmethod
+    def _move_into(staging: Path, path: str) -> StagedFiles:
+        """Move the Parquet files Spark wrote under ``staging`` (partition folders included) into
+        the table's folder, and describe them as add actions."""
+        root, table = Path(path), DeltaTable(path)
         actions = []
         for file in sorted(staging.rglob("*.parquet")):
             relative = file.relative_to(staging)
             values = dict(part.split("=", 1) for part in relative.parts[:-1])
-            final = Path(path) / relative
+            final = root / relative
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(file, final)
             actions.append(
@@ -106,7 +150,7 @@ class DeltaRsStore(LakehouseStore):
                 )
             )
         shutil.rmtree(staging, ignore_errors=True)
-        return StagedFiles(actions, pa.schema(table.schema().to_arrow()), partition_by)
+        return StagedFiles(actions, pa.schema(table.schema().to_arrow()), table.metadata().partition_columns)
 
     def _conform(self, path: str, data: pa.Table) -> pa.Table:
         if not DeltaTable.is_deltatable(path):

@@ -9,7 +9,6 @@ from datetime import date, datetime, timezone
 from deltalake import DeltaTable
 
 from batch_layer.maintenance import all_tables, checkpoint_hygiene, compact_and_vacuum
-from include import tables
 from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
 

@@ -225,3 +225,33 @@ def test_persistent_conflict_raises_clear_error(spark, settings, caplog):
     with pytest.raises(CommitConflictError, match=r"append to 't' still conflicted after 3 attempts"):
         store.append("t", rows(spark, (1, "a", 1.0, T0, D1)))
     assert sum("concurrent commit conflict" in r.message for r in caplog.records) == 2
+
+
+def test_append_split_writes_each_value_to_its_table_once(store, spark):
+    for name in ("split_a", "split_b", "split_c"):
+        make_table(store, name)
+    lines = spark.createDataFrame(
+        [("a", 1, "x", 1.0, T0, D1), ("a", 2, None, None, None, None), ("b", 3, "y", 3.0, T0, D2)],
+        StructType([StructField("kind", StringType()), *SCHEMA.fields]),
+    )
+    tables = {"a": "split_a", "b": "split_b", "c": "split_c"}
+    assert store.append_split(lines, "kind", tables, Txn("q", 0)) == {"split_a": 2, "split_b": 1, "split_c": 0}
+    # A replay commits nothing again; a table with no rows never had anything to commit.
+    assert store.append_split(lines, "kind", tables, Txn("q", 0)) == {"split_a": None, "split_b": None, "split_c": 0}
+    assertDataFrameEqual(store.read("split_a"), rows(spark, (1, "x", 1.0, T0, D1), (2, None, None, None, None)))
+    assertDataFrameEqual(store.read("split_b"), rows(spark, (3, "y", 3.0, T0, D2)))
+    assert store.read("split_c").count() == 0
+    # Partition values and row counts are in the Delta log, as any writer records them.
+    assert store.partition_row_counts("split_a", "date") == {D1: 1, None: 1}
+
+
+def test_a_spark_append_is_written_by_the_executors_and_committed_once(spark, settings):
+    store = open_store(settings, spark, engine="delta-rs")
+    name = make_table(store)
+    batch = rows(spark, (1, "x", 1.0, T0, D1), (2, "y", 2.0, T0, D2))
+    assert store.append(name, batch, Txn("q", 7)) is True
+    assert store.append(name, batch, Txn("q", 7)) is False
+    table = DeltaTable(store.path(name))
+    assert table.transaction_version("q") == 7 and table.version() == 1
+    assert not list((store.root / name / "_staging").glob("*/*"))  # staging emptied
+    assertDataFrameEqual(store.read(name), batch)

@@ -9,7 +9,6 @@ from pyspark.testing import assertDataFrameEqual
 
 from include.registry import ViewContext, input_topics
 from include.views import (
-    ORDER_PAYMENTS_SCHEMA,
     VIEWS,
     VIEWS_BY_NAME,
     best_order_status,
@@ -67,7 +66,7 @@ def test_first_payment_inside_the_join_window(spark, exact):
          ("o2", "u1", "books", 20.0, t(10, 0), None, None, None, "unpaid", day),
          ("o3", "u2", "toys", 30.0, t(10, 0), "p4", 30.0, t(10, 30), "paid", day),
          ("o4", "u2", "toys", 40.0, t(10, 0), "p6", None, t(10, 5), "paid", day)],
-        ORDER_PAYMENTS_SCHEMA,
+        VIEWS_BY_NAME["order_payments"].schema,
     )
     assertDataFrameEqual(order_payments({"orders": orders, "payments": payments}, exact), expected)
 
@@ -97,7 +96,7 @@ def test_first_copies_keep_the_first_arrival_in_batch(spark):
 def test_the_registry_declares_each_view_completely():
     assert [view.name for view in VIEWS] == list(VIEWS_BY_NAME)
     for view in VIEWS:
-        assert view.schema.fieldNames()[-1] == "date" and view.key_time in view.columns
+        assert view.schema.fieldNames()[-1] == "date" and {view.key_time, view.freshness_time} <= set(view.columns)
         assert set(view.keys) <= set(view.columns) and "rows" in view.metrics
         assert set(view.drift_metrics) <= set(view.metrics)
         assert view.speed_table == f"speed/{view.name}" and view.batch_table == f"batch/{view.name}"

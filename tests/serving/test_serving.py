@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from include.coverage import bronze_fingerprint, mark_covered
-from include import tables
 from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
 from serving.engine import QueryRefused, ServingEngine
