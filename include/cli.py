@@ -109,7 +109,8 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
-    from speed_layer.runner import StreamFailed, ingest_totals, run_stream
+    from include.accounting import ingest_totals
+    from speed_layer.runner import StreamFailed, run_stream
 
     try:
         store = run_stream(settings, available_now=args.available_now)

@@ -31,7 +31,8 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     from include.lakehouse import open_store
     from include.spark import get_spark
     from serving.engine import ServingEngine
-    from speed_layer.runner import ingest_totals, run_stream
+    from include.accounting import ingest_totals
+    from speed_layer.runner import run_stream
 
     logging.getLogger().setLevel(logging.WARNING)  # the narrative, not per-batch logs
     day = day or datetime.now(timezone.utc).date() - timedelta(days=1)

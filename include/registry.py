@@ -11,7 +11,7 @@ schema is asked for: columns are declared as ``"name type, …"`` and metrics as
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Literal
@@ -42,6 +42,31 @@ def struct(fields: str) -> StructType:
             raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}")
         parsed.append(T.StructField(name, spark_types[kind]()))
     return T.StructType(parsed)
+
+
+# A row prefix ("", "s.", "t.") -> SQL sort keys, best row first (ascending, nulls last).
+Precedence = Callable[[str], list[str]]
+
+
+def best_per_key(rows: DataFrame, keys: Sequence[str], precedence: Precedence) -> DataFrame:
+    """One row per ``keys``: the first by ``precedence``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    order = [F.expr(key).asc_nulls_last() for key in precedence("")]
+    rank = F.row_number().over(Window.partitionBy(*keys).orderBy(*order))
+    return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
+
+
+def replaces_sql(precedence: Precedence) -> str:
+    """The merge condition under which a new row (``s.``) replaces the stored one (``t.``): it
+    comes first by ``precedence``, the same order :func:`best_per_key` keeps."""
+    new, stored = precedence("s."), precedence("t.")
+    earlier = []
+    for i, (s, t) in enumerate(zip(new, stored)):
+        ties = [f"({a} IS NOT DISTINCT FROM {b})" for a, b in zip(new[:i], stored[:i])]
+        earlier.append(" AND ".join([*ties, f"({s} < {t} OR ({s} IS NOT NULL AND {t} IS NULL))"]))
+    return " OR ".join(f"({condition})" for condition in earlier)
 
 
 @dataclass(frozen=True)
@@ -77,11 +102,9 @@ class ViewSpec:
     key_time: str  # its UTC day decides batch coverage (the merge rule)
     freshness_time: str  # its max in the speed view says how far the stream has got
     speed_mode: Literal["update", "append"]  # Structured Streaming output mode of the speed query
-    # A speed row replaces the stored one only where this SQL holds (``t.`` stored, ``s.`` new);
-    # None: always.
-    speed_replace_when: str | None = None
-    # Several rows of one key in a micro-batch: which one counts (None: keys are unique).
-    one_per_key: Callable[[DataFrame], DataFrame] | None = None
+    # Several rows of one key (in a micro-batch, or a new one and the stored one): the first by
+    # these sort keys wins. None: the newest row replaces the stored one.
+    precedence: Precedence | None = None
     # Days after the view's day that an input topic must be read for (e.g. a join window that
     # opens before midnight closes after it).
     lookahead: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)

@@ -19,10 +19,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.config import spark_interval
-from include.registry import Recovered, ViewContext, ViewSpec
+from include.registry import Recovered, ViewContext, ViewSpec, best_per_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 REVENUE_WINDOW = "5 minutes"
 # Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
@@ -76,11 +76,11 @@ def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext
 
 
 # ---- order_payments ------------------------------------------------------------------------
-ORDER_PAYMENTS_REPLACE_WHEN = (
-    "(s.status = 'paid' AND (t.status <> 'paid' OR s.pay_time < t.pay_time"
-    " OR (s.pay_time = t.pay_time AND s.payment_id < t.payment_id)))"
-    " OR (s.status = 'unpaid' AND t.status = 'pending')"
-)
+def order_precedence(row: str) -> list[str]:
+    """Which row of an order counts: paid (window matched) before unpaid (window closed) before
+    pending (window open); of two payments the earlier, then the lower id."""
+    status_rank = f"CASE {row}status WHEN 'paid' THEN 0 WHEN 'unpaid' THEN 1 ELSE 2 END"
+    return [status_rank, f"{row}pay_time", f"{row}payment_id"]
 
 
 def pending_orders(orders: DataFrame) -> DataFrame:
@@ -95,28 +95,15 @@ def pending_orders(orders: DataFrame) -> DataFrame:
     )
 
 
-def status_rank() -> Column:
-    """Status precedence: paid (window matched) before unpaid (window closed) before pending."""
-    from pyspark.sql import functions as F
-
-    return F.when(F.col("status") == "paid", 0).when(F.col("status") == "unpaid", 1).otherwise(2)
-
-
 def best_order_status(rows: DataFrame) -> DataFrame:
-    """One row per order, by :func:`status_rank`; a paid order keeps its first payment.
-    (:data:`ORDER_PAYMENTS_REPLACE_WHEN` is the same rule for a stored row and a new one.)"""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    ranking = (status_rank(), F.col("pay_time").asc_nulls_last(), F.col("payment_id").asc_nulls_last())
-    rank = F.row_number().over(Window.partitionBy("order_id").orderBy(*ranking))
-    return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
+    """One row per order, by :func:`order_precedence`."""
+    return best_per_key(rows, ["order_id"], order_precedence)
 
 
 def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Each order with the first payment whose time lies in ``[order_time, order_time + join
     window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
-    ``pending`` (its window is open); the stored row then follows :func:`status_rank`."""
+    ``pending`` (its window is open); the stored row then follows :func:`order_precedence`."""
     from pyspark.sql import functions as F
 
     orders, payments = inputs["orders"], inputs["payments"]
@@ -186,8 +173,7 @@ VIEWS: list[ViewSpec] = [
         key_time="order_time",
         freshness_time="order_time",
         speed_mode="append",
-        speed_replace_when=ORDER_PAYMENTS_REPLACE_WHEN,
-        one_per_key=best_order_status,
+        precedence=order_precedence,
         lookahead={"payments": lambda settings: settings.join_window},
         metrics={
             "rows": "count(*)",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
-from include.registry import ViewContext, ViewSpec
+from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
 from include.views import VIEWS
 from speed_layer.ingest import feed_schema, record_column
@@ -53,8 +53,12 @@ class MergeBatch:
         self.store, self.view, self.query = store, view, query_name(view)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = self.view.one_per_key(batch) if self.view.one_per_key else batch
-        self.store.merge(self.view.speed_table, rows, self.view.keys, Txn(self.query, batch_id), self.view.speed_replace_when)
+        view = self.view
+        if view.precedence is None:
+            self.store.merge(view.speed_table, batch, view.keys, Txn(self.query, batch_id))
+            return
+        best = best_per_key(batch, view.keys, view.precedence)
+        self.store.merge(view.speed_table, best, view.keys, Txn(self.query, batch_id), replaces_sql(view.precedence))
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:

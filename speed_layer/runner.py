@@ -17,9 +17,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import pyarrow.compute as pc
-
-from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import get_spark
@@ -115,23 +112,6 @@ def _root_cause(message: str) -> str:
         if re.match(r"^\s*[\w.]+(Error|Exception|Invalid|Conflict)\b[^:]*: ", line)
     ]
     return causes[-1] if causes else message.strip().splitlines()[0]
-
-
-def ingest_totals(store: LakehouseStore) -> list[dict]:
-    """Per topic, everything the speed layer has accounted for so far; duplicates are the Bronze
-    lines in neither Silver nor the DLQ (exact once both queries have caught up)."""
-    columns = ["bronze_rows", "silver_rows", "dlq_rows", "late_rows"]
-    rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", *columns])
-    if rows.num_rows == 0:
-        return []
-    totals = rows.group_by("topic").aggregate([(column, "sum") for column in columns])
-    totals = totals.take(pc.sort_indices(totals, [("topic", "ascending")]))
-    result = []
-    for row in totals.to_pylist():
-        counts = {key.removesuffix("_rows_sum"): value or 0 for key, value in row.items() if key != "topic"}
-        counts["duplicate"] = counts["bronze"] - counts["silver"] - counts["dlq"]
-        result.append({"topic": row["topic"], **{k: counts[k] for k in ("bronze", "silver", "dlq", "duplicate", "late")}})
-    return result
 
 
 def run_stream(

@@ -51,6 +51,16 @@ class StagedFiles:
         return sum(json.loads(action.stats)["numRecords"] for action in self.actions)
 
 
+def check_columns(table: str, expected: list[str], given: list[str]) -> None:
+    """Rows to write must have exactly the table's columns (in any order)."""
+    missing = [name for name in expected if name not in given]
+    if missing:
+        raise ValueError(f"columns {missing} of table {table} are missing from the data")
+    extra = [name for name in given if name not in expected]
+    if extra:
+        raise ValueError(f"columns {extra} are not in the schema of table {table}")
+
+
 def spark_schema_of(table: DeltaTable) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -121,12 +131,7 @@ class DeltaRsStore(LakehouseStore):
         from pyspark.sql import functions as F
 
         target = spark_schema_of(table)
-        missing = [f.name for f in target.fields if f.name not in df.columns]
-        if missing:
-            raise ValueError(f"columns {missing} of table {table.table_uri} are missing from the data")
-        extra = [name for name in df.columns if name not in target.fieldNames() and name != also]
-        if extra:
-            raise ValueError(f"columns {extra} are not in the schema of table {table.table_uri}")
+        check_columns(table.table_uri, target.fieldNames(), [name for name in df.columns if name != also])
         return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields], *([also] if also else []))
 
     @staticmethod
@@ -156,12 +161,7 @@ class DeltaRsStore(LakehouseStore):
         if not DeltaTable.is_deltatable(path):
             return data.cast(pa.schema([field.with_nullable(True) for field in data.schema]))
         target = pa.schema(DeltaTable(path).schema().to_arrow())
-        missing = [name for name in target.names if name not in data.schema.names]
-        if missing:
-            raise ValueError(f"columns {missing} of table {path} are missing from the data")
-        extra = [name for name in data.schema.names if name not in target.names]
-        if extra:
-            raise ValueError(f"columns {extra} are not in the schema of table {path}")
+        check_columns(path, target.names, data.schema.names)
         return data.select(target.names).cast(target)
 
     def _do_create(

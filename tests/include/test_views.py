@@ -108,3 +108,29 @@ def test_input_days_follow_the_join_window(settings):
     day = date(2026, 11, 20)
     assert view.input_days("orders", day, settings) == [day]
     assert view.input_days("payments", day, settings) == [day, date(2026, 11, 21)]
+
+
+def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
+    """The merge condition and the ranking are derived from one precedence: merging any new row
+    into any stored row leaves what best_order_status keeps of the two."""
+    from include.lakehouse import Txn, open_store
+    from include.registry import replaces_sql
+
+    view = VIEWS_BY_NAME["order_payments"]
+    day = date(2026, 11, 20)
+    candidates = {
+        "pending": ("o1", "u1", "books", 1.0, t(10, 0), None, None, None, "pending", day),
+        "unpaid": ("o1", "u1", "books", 1.0, t(10, 0), None, None, None, "unpaid", day),
+        "paid_p2_late": ("o1", "u1", "books", 1.0, t(10, 0), "p2", 1.0, t(10, 30), "paid", day),
+        "paid_p3_early": ("o1", "u1", "books", 1.0, t(10, 0), "p3", 1.0, t(10, 10), "paid", day),
+        "paid_p1_early": ("o1", "u1", "books", 1.0, t(10, 0), "p1", 1.0, t(10, 10), "paid", day),
+    }
+    store = open_store(settings, spark, engine="delta-rs")
+    for number, (stored, new) in enumerate((a, b) for a in candidates for b in candidates):
+        table = f"merge_{number}"
+        store.ensure_table(table, view.schema, ["date"])
+        store.merge(table, spark.createDataFrame([candidates[stored]], view.schema), ["order_id"])
+        store.merge(table, spark.createDataFrame([candidates[new]], view.schema), ["order_id"], Txn("q", 0),
+                    replaces_sql(view.precedence))
+        both = spark.createDataFrame([candidates[stored], candidates[new]], view.schema)
+        assertDataFrameEqual(store.read(table), best_order_status(both))

@@ -24,7 +24,8 @@ from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
 from speed_layer import gold
 from include.heartbeat import read_heartbeat
-from speed_layer.runner import ingest_totals, run_stream
+from include.accounting import ingest_totals
+from speed_layer.runner import run_stream
 from speed_layer.sources import kafka_unavailable_reason
 
 
