@@ -172,8 +172,10 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     runner.join(timeout=300)
     assert not runner.is_alive()
     store = result["store"]
-    bronze = store.read(tables.bronze("orders")).count()
-    assert bronze > 0 and store.read(tables.silver("orders")).count() == bronze  # all valid
+    # Bronze and ingest are two queries, each with a rate source of its own (rows made by the
+    # clock), so their counts differ at the moment of a stop; every generated line is valid.
+    assert store.read(tables.bronze("orders")).count() > 0 and store.read(tables.silver("orders")).count() > 0
+    assert store.read(tables.DLQ).count() == 0
     assert read_heartbeat(settings.run_dir)["state"] == "stopped"
     metrics = store.read(tables.STREAM_METRICS).where("query = 'speed_ingest' AND input_rows > 0")
     assert metrics.count() >= 1
