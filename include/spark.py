@@ -53,6 +53,20 @@ def resolve_engine(settings: Settings) -> str:
     return "delta-spark" if delta_spark_unavailable_reason(settings) is None else "delta-rs"
 
 
+def _fast_local_files(builder):  # noqa: ANN001, ANN202 - SparkSession.Builder
+    """Local files through :mod:`include.jvm`'s file system (one JVM: the driver's class path)."""
+    from include.jvm import ABSTRACT_FILE_SYSTEM_CLASS, FILE_SYSTEM_CLASS, fast_local_fs_jar
+
+    jar = fast_local_fs_jar()
+    if jar is None:
+        return builder
+    return (
+        builder.config("spark.driver.extraClassPath", str(jar))
+        .config("spark.hadoop.fs.file.impl", FILE_SYSTEM_CLASS)
+        .config("spark.hadoop.fs.AbstractFileSystem.file.impl", ABSTRACT_FILE_SYSTEM_CLASS)
+    )
+
+
 def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
     """Return the active SparkSession, or build one configured for this platform."""
     from pyspark.sql import SparkSession
@@ -81,6 +95,9 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home / 'derby'}")
     )
+    # Only a JVM this process starts takes the class path; under spark-submit it is running already.
+    if settings.spark_master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = _fast_local_files(builder)
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     if settings.spark_jars_packages:

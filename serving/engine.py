@@ -9,6 +9,7 @@ file access, ATTACH, COPY and configuration changes are disabled before any user
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import duckdb
@@ -67,24 +68,51 @@ class QueryRefused(ValueError):
 
 
 class ServingEngine:
-    """One DuckDB connection over the lakehouse's current snapshots."""
+    """One DuckDB connection over the lakehouse's snapshots; :meth:`refresh` moves it to the
+    latest ones. Safe to share between threads (one statement at a time)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.connection = duckdb.connect(":memory:")
         self.connection.execute("SET TimeZone = 'UTC'")
-        for relation, (table, schema) in SOURCES.items():
-            path = settings.lakehouse_dir / table
-            if DeltaTable.is_deltatable(str(path)):
-                data: Any = DeltaTable(str(path)).to_pyarrow_dataset()
-            else:
-                data = pa.Table.from_pylist([], schema=tables.arrow_schema(schema))
-            self.connection.register(relation, data)
+        self._lock = threading.RLock()
+        self._snapshots: dict[str, DeltaTable | None] = dict.fromkeys(SOURCES)
+        for relation in SOURCES:
+            self._register(relation)
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")
         # From here on the connection cannot touch files or be reconfigured.
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
+
+    def _register(self, relation: str) -> None:
+        table, schema = SOURCES[relation]
+        path = str(self.settings.lakehouse_dir / table)
+        snapshot = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+        self._snapshots[relation] = snapshot
+        if snapshot is None:
+            data: Any = pa.Table.from_pylist([], schema=tables.arrow_schema(schema))
+        else:
+            data = snapshot.to_pyarrow_dataset()
+        self.connection.register(relation, data)
+
+    def refresh(self) -> list[str]:
+        """Serve the latest committed version of every table; only a table whose version changed
+        (or that appeared) is registered again. Returns the relations that changed."""
+        changed = []
+        with self._lock:
+            for relation, snapshot in self._snapshots.items():
+                if snapshot is None:
+                    if DeltaTable.is_deltatable(str(self.settings.lakehouse_dir / SOURCES[relation][0])):
+                        changed.append(relation)
+                    continue
+                version = snapshot.version()
+                snapshot.update_incremental()  # reads only the log entries after ``version``
+                if snapshot.version() != version:
+                    changed.append(relation)
+            for relation in changed:
+                self._register(relation)
+        return changed
 
     def query(self, sql: str) -> tuple[list[str], list[tuple]]:
         """Run one read-only query; returns column names and rows."""
@@ -94,12 +122,13 @@ class ServingEngine:
         kind = statements[0].type
         if kind != duckdb.StatementType.SELECT:
             raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}")
-        try:
-            result = self.connection.execute(sql)
-        except duckdb.PermissionException:
-            raise QueryRefused("reading or writing files is not allowed in serving queries") from None
-        columns = [column[0] for column in result.description]
-        return columns, result.fetchall()
+        with self._lock:
+            try:
+                result = self.connection.execute(sql)
+            except duckdb.PermissionException:
+                raise QueryRefused("reading or writing files is not allowed in serving queries") from None
+            columns = [column[0] for column in result.description]
+            return columns, result.fetchall()
 
     def rows(self, sql: str) -> list[dict[str, Any]]:
         columns, rows = self.query(sql)

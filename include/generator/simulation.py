@@ -39,9 +39,8 @@ PAYMENT_DELAYS = (
     ("never", 0.06, None),
 )
 SESSION_CONVERSION = 0.25
-# How far beyond the watermark delay a late event lands: more than one 15-minute landing file,
-# so the stream has certainly moved its watermark past it.
-LATE_EXTRA_MINUTES = (16.0, 45.0)
+# How much later than ``late_beyond`` past the watermark delay a late event lands.
+LATE_MARGIN_MINUTES = (1.0, 30.0)
 
 
 def iso_utc(moment: datetime) -> str:
@@ -89,6 +88,9 @@ class TrafficOptions:
     devices: int = 20
     sensor_interval_seconds: int = 60
     watermark_delay: timedelta = timedelta(minutes=10)
+    # A late event lands more than this past the watermark delay: at least the arrival time one
+    # stream micro-batch spans (one 15-minute landing file), so the watermark has surely passed it.
+    late_beyond: timedelta = timedelta(minutes=15)
 
     def __post_init__(self) -> None:
         for name in ("late_fraction", "duplicate_fraction", "corrupt_fraction"):
@@ -286,11 +288,11 @@ class Simulator:
     def _make_late(self, events: list[Event], horizon: datetime) -> None:
         """Delay a share of events past the watermark. Only events followed by enough traffic
         qualify, so the stream's watermark really has passed them when they land."""
-        delay = self.options.watermark_delay
-        longest = delay + timedelta(minutes=LATE_EXTRA_MINUTES[1]) + timedelta(minutes=5)
+        delay = self.options.watermark_delay + self.options.late_beyond
+        longest = delay + timedelta(minutes=LATE_MARGIN_MINUTES[1]) + timedelta(minutes=5)
         for event in events:
             if event.event_time + longest < horizon and self.rng.random() < self.options.late_fraction:
-                extra = timedelta(minutes=self.rng.uniform(*LATE_EXTRA_MINUTES))
+                extra = timedelta(minutes=self.rng.uniform(*LATE_MARGIN_MINUTES))
                 event.arrival = event.event_time + delay + extra
                 event.late = True
 

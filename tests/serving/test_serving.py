@@ -47,6 +47,23 @@ def test_uncovered_days_come_from_speed_covered_days_from_batch(lake):
     assert served(settings) == [(D1, 10.0, "batch"), (D2, 2.0, "speed")]
 
 
+def test_an_open_engine_refreshes_only_the_tables_that_changed(lake):
+    settings, store = lake
+    engine = ServingEngine(settings)
+    total = "SELECT sum(revenue) AS r FROM revenue_by_category_5m"
+    assert engine.rows(total) == [{"r": 3.0}]
+    assert engine.refresh() == []
+    store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, 5.0)], REVENUE.schema))
+    assert engine.rows(total) == [{"r": 3.0}]  # the snapshot it opened, until refreshed
+    assert engine.refresh() == ["_speed_revenue_by_category_5m"]
+    assert engine.rows(total) == [{"r": 8.0}]
+    mark_covered(store, D1, {})  # a table that did not exist when the engine opened
+    assert engine.refresh() == ["_coverage"]
+    assert engine.rows(total) == [{"r": 17.0}]
+    with pytest.raises(QueryRefused):  # still read-only after re-registering
+        engine.query("COPY (SELECT 1) TO 'x.csv'")
+
+
 def test_missing_tables_serve_empty_views(settings):
     assert ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments") == [{"n": 0}]
 
