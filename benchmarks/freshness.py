@@ -1,0 +1,176 @@
+"""Freshness of the live speed layer: from a landing file's atomic rename to its events being
+visible through the serving layer.
+
+    .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
+        [--warmup 30] [--trigger-interval 1]
+
+1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
+   ``--trigger-interval``), on a fresh home.
+2. Every second this process lands one file per topic (clicks, sensors, orders, payments) with
+   that second's share of ``--events-per-second``, event time = now, written and renamed
+   atomically like the generator's files. Order ids carry the file's number.
+3. One serving engine stays open in this process (no CLI start-up per poll); every 100 ms it
+   refreshes the tables whose Delta version changed and checks, per file: its orders in
+   ``order_payments``, and ``revenue_by_category_5m`` counting every order landed up to it.
+   Freshness = first time seen - rename time. Files landed during ``--warmup`` are not counted
+   (JVM start-up, first plans).
+
+Writes a Markdown report to ``benchmarks/results/freshness.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+LAMBDALAKE = str(Path(sys.executable).parent / "lambdalake")
+# Each second's events across topics (clicks dominate, as in the generator's traffic).
+SHARES = {"clicks": 0.70, "sensors": 0.20, "orders": 0.05, "payments": 0.05}
+CATEGORIES = ("books", "electronics", "fashion", "home")
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
+    at = iso(now)
+    if topic == "orders":
+        return [json.dumps({"order_id": f"o-{number:06d}-{i}", "user_id": f"U{i % 997}", "product_id": f"P{i % 50}",
+                            "category": CATEGORIES[i % 4], "amount": 10.0 + i % 90, "event_time": at}) for i in range(count)]
+    if topic == "payments":  # pays the previous file's orders
+        return [json.dumps({"payment_id": f"p-{number:06d}-{i}", "order_id": f"o-{number - 1:06d}-{i}",
+                            "amount": 10.0 + i % 90, "method": "card", "event_time": at}) for i in range(count)]
+    if topic == "clicks":
+        return [json.dumps({"event_id": f"c-{number:06d}-{i}", "user_id": f"U{i % 997}", "session_id": f"S{i % 300}",
+                            "page_url": f"/p/{i % 40}", "action": "view", "device_type": "mobile", "product_id": None,
+                            "event_time": at}) for i in range(count)]
+    return [json.dumps({"device_id": f"D{number:06d}-{i}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
+            for i in range(count)]
+
+
+class Lander(threading.Thread):
+    """Lands one file per topic every second; remembers each file's rename time."""
+
+    def __init__(self, landing: Path, events_per_second: int, seconds: int) -> None:
+        super().__init__(daemon=True)
+        self.landing, self.rate, self.seconds = landing, events_per_second, seconds
+        self.renamed: dict[int, float] = {}
+        self.orders: dict[int, int] = {}
+
+    def run(self) -> None:
+        start = time.monotonic()
+        for number in range(self.seconds):
+            time.sleep(max(0.0, start + number - time.monotonic()))
+            now = datetime.now(timezone.utc)
+            files = []
+            for topic, share in SHARES.items():
+                count = max(1, round(self.rate * share))
+                folder = self.landing / topic
+                folder.mkdir(parents=True, exist_ok=True)
+                temporary = folder / f".{number:06d}.tmp"
+                temporary.write_text("\n".join(lines_for(topic, number, count, now)) + "\n")
+                files.append((temporary, folder / f"{number:06d}.jsonl"))
+                if topic == "orders":
+                    self.orders[number] = count
+            for temporary, final in files:
+                os.replace(temporary, final)
+            self.renamed[number] = time.monotonic()
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events-per-second", type=int, default=10_000)
+    parser.add_argument("--seconds", type=int, default=120)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--trigger-interval", type=float, default=1.0)
+    args = parser.parse_args()
+
+    from include.config import load_settings
+    from serving.engine import ServingEngine
+
+    home = Path(tempfile.mkdtemp(prefix="lambdalake-freshness-"))
+    settings = load_settings(home=home)
+    env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
+           "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000"}
+    stream = subprocess.Popen([LAMBDALAKE, "stream"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lander = Lander(settings.landing_dir, args.events_per_second, args.seconds)
+    lander.start()
+    seen: dict[str, dict[int, float]] = {"order_payments": {}, "revenue_by_category_5m": {}}
+    engine = None
+    deadline = time.monotonic() + args.seconds + 180
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.1)
+            if stream.poll() is not None:
+                raise SystemExit(f"lambdalake stream exited with {stream.returncode}")
+            engine = engine or ServingEngine(settings)
+            engine.refresh()
+            now = time.monotonic()
+            per_file = engine.rows(
+                "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
+                "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1"
+            )
+            for row in per_file:
+                if row["orders"] >= lander.orders.get(row["file"], 1 << 30):
+                    seen["order_payments"].setdefault(row["file"], now)
+            counted = engine.rows("SELECT coalesce(sum(orders), 0) AS n FROM revenue_by_category_5m")[0]["n"]
+            landed = 0
+            for number in sorted(lander.orders):
+                landed += lander.orders[number]
+                if landed <= counted:
+                    seen["revenue_by_category_5m"].setdefault(number, now)
+            if all(len(s) == args.seconds for s in seen.values()):
+                break
+    finally:
+        stream.send_signal(signal.SIGTERM)
+        stream.wait(timeout=300)
+
+    report = [
+        "# Freshness benchmark", "",
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%MZ} on {platform.node()}: {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, `--events-per-second {args.events_per_second} --seconds {args.seconds} "
+        f"--warmup {args.warmup} --trigger-interval {args.trigger_interval}`.",
+        "",
+        "`lambdalake stream` (all queries, processing-time trigger as above, all views on) while this process lands one "
+        "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events); one serving engine "
+        "kept open, refreshed every 100 ms. Freshness: a file's atomic rename to its events visible through the serving "
+        f"layer; files of the first {args.warmup} s not counted.",
+        "",
+        "| view | files measured | p50 s | p95 s | max s | never seen |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    counted_files = [n for n in lander.renamed if n >= args.warmup]
+    for view, times in seen.items():
+        delays = [times[n] - lander.renamed[n] for n in counted_files if n in times]
+        missing = len([n for n in counted_files if n not in times])
+        if delays:
+            report.append(f"| `{view}` | {len(delays)} | {percentile(delays, 0.5):.1f} | {percentile(delays, 0.95):.1f} | "
+                          f"{max(delays):.1f} | {missing} |")
+        else:
+            report.append(f"| `{view}` | 0 | - | - | - | {missing} |")
+    text = "\n".join(report) + "\n"
+    out = ROOT / "benchmarks" / "results" / "freshness.md"
+    out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
