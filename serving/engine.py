@@ -85,13 +85,15 @@ class ServingEngine:
         self.connection.execute("SET enable_external_access = false")
         self.connection.execute("SET lock_configuration = true")
 
+    def _path(self, relation: str) -> str:
+        return str(self.settings.lakehouse_dir / SOURCES[relation][0])
+
     def _register(self, relation: str) -> None:
-        table, schema = SOURCES[relation]
-        path = str(self.settings.lakehouse_dir / table)
+        path = self._path(relation)
         snapshot = DeltaTable(path) if DeltaTable.is_deltatable(path) else None
         self._snapshots[relation] = snapshot
         if snapshot is None:
-            data: Any = pa.Table.from_pylist([], schema=tables.arrow_schema(schema))
+            data: Any = pa.Table.from_pylist([], schema=tables.arrow_schema(SOURCES[relation][1]))
         else:
             data = snapshot.to_pyarrow_dataset()
         self.connection.register(relation, data)
@@ -103,7 +105,8 @@ class ServingEngine:
         with self._lock:
             for relation, snapshot in self._snapshots.items():
                 if snapshot is None:
-                    if DeltaTable.is_deltatable(str(self.settings.lakehouse_dir / SOURCES[relation][0])):
+                    appeared = DeltaTable.is_deltatable(self._path(relation))
+                    if appeared:
                         changed.append(relation)
                     continue
                 version = snapshot.version()
