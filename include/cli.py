@@ -137,23 +137,28 @@ def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
-    import duckdb
-
     from serving.engine import ServingEngine
 
-    try:
-        columns, rows = ServingEngine(settings).query(args.sql)
-    except duckdb.Error as exc:  # a mistake in the SQL: its first line says which
-        raise UsageError(str(exc).splitlines()[0]) from None
-    print(format_rows([dict(zip(columns, row)) for row in rows], args.format))
+    engine = ServingEngine(settings, query_timeout=settings.query_timeout.total_seconds())
+    print(format_rows(engine.rows(args.sql), args.format))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from serving.http import dashboard_url, serve, serve_token
+
+    token = serve_token(settings)
+    base = f"http://{args.host}:{args.port}"
+    print(f"Dashboard: {dashboard_url(args.host, args.port, token)}", flush=True)
+    print(f"SQL API:   curl -H 'Authorization: Bearer {token}' -d '{{\"sql\": \"SELECT 1\"}}' {base}/api/query", flush=True)
+    serve(settings, args.host, args.port, token)
     return 0
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from include.lakehouse import open_store
     from serving.status import view_status
 
-    print(format_rows(view_status(settings, open_store(settings)), args.format))
+    print(format_rows(view_status(settings), args.format))
     return 0
 
 
@@ -247,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", parents=[common], help="stream health, coverage, freshness")
     status.add_argument("--format", choices=FORMATS, default="table")
     status.set_defaults(handler=cmd_status)
+
+    serve = commands.add_parser(
+        "serve", parents=[common], help="the serving layer over HTTP: SQL API and dashboard",
+        description="Serve the merged views over HTTP until stopped: POST /api/query and "
+        "GET /api/status with the bearer token (LAMBDALAKE_SERVE_TOKEN, else generated into "
+        "run/serve-token), and the dashboard at /.",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=positive(int), default=8090, help="port (default 8090)")
+    serve.set_defaults(handler=cmd_serve)
 
     demo = commands.add_parser("demo", parents=[common], help="one day through the whole platform (make run)")
     demo.add_argument("--date", type=parse_day, help="event-time day (default: yesterday, UTC)")

@@ -12,7 +12,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "LAMBDALAKE_"
@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     restart_backoff: timedelta = Field(default=timedelta(minutes=1))
     max_restarts_per_hour: int = Field(default=5, ge=1)
     freshness_sla: timedelta = Field(default=timedelta(minutes=30))
+    # Serving.
+    serve_token: SecretStr = Field(default=SecretStr(""), description="bearer token of `lambdalake serve` (else generated)")
+    query_timeout: timedelta = Field(default=timedelta(seconds=30), description="a serving query is cancelled past it")
     max_reconciliation_drift: float = Field(default=0.5, gt=0, description="share of a batch metric")
 
     @field_validator("watermark_delay", mode="before")
@@ -106,7 +109,7 @@ class Settings(BaseSettings):
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
 
-    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", mode="before")
+    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout", mode="before")
     @classmethod
     def _durations(cls, value: Any, info: Any) -> timedelta:
         return parse_duration(value, info.field_name.replace("_", " "))

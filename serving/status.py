@@ -6,13 +6,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from include.coverage import covered_days, stale_days
-from include import tables
 from include.config import Settings
-from include.lakehouse import LakehouseStore
+from include.lakehouse import open_store
 from include.processes import process_alive
 from include.views import VIEWS
-from serving.engine import ServingEngine, speed_relation
+from serving.engine import ServingEngine, batch_relation, speed_relation
 from include.heartbeat import read_heartbeat
+
 
 def stream_health(settings: Settings) -> dict[str, Any]:
     """The stream process as its heartbeat tells it: state, pid alive, heartbeat age."""
@@ -25,31 +25,30 @@ def stream_health(settings: Settings) -> dict[str, Any]:
     return {"stream_state": state, "heartbeat_at": datetime.fromisoformat(beat["heartbeat_at"])}
 
 
-def latest(store: LakehouseStore, table: str, columns: list[str]) -> dict[str, Any]:
-    """The newest row (by its first column, a timestamp) of an ops table, or empty values."""
-    if not store.exists(table):
-        return dict.fromkeys(columns)
-    rows = store.select_arrow(table, columns)
-    if rows.num_rows == 0:
-        return dict.fromkeys(columns)
-    return rows.sort_by([(columns[0], "descending")]).slice(0, 1).to_pylist()[0]
+def latest(engine: ServingEngine, view: str, columns: list[str]) -> dict[str, Any]:
+    """The newest row (by its first column, a timestamp) of an ops view, or empty values."""
+    listed = ", ".join(f'"{column}"' for column in columns)  # `at` is a keyword in DuckDB
+    rows = engine.rows(f'SELECT {listed} FROM {view} ORDER BY "{columns[0]}" DESC LIMIT 1')
+    return rows[0] if rows else dict.fromkeys(columns)
 
 
-def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any]]:
-    engine = ServingEngine(settings)
+def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
+    """One row per view; ``engine`` is an open one to read through (else one is opened)."""
+    engine = engine or ServingEngine(settings)
+    store = open_store(settings)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)
     processed = engine.rows("SELECT max(processed_at) AS at FROM ingest_batches")[0]["at"]
     health = stream_health(settings)
-    supervisor = latest(store, tables.SUPERVISOR_EVENTS, ["at", "decision", "reason"])
-    alert = latest(store, tables.ALERTS, ["at", "message"])
+    supervisor = latest(engine, "supervisor_events", ["at", "decision", "reason"])
+    alert = latest(engine, "ops_alerts", ["at", "message"])
     ops = {
         "supervisor_at": supervisor["at"], "supervisor_decision": supervisor["decision"],
         "last_alert_at": alert["at"], "last_alert": alert["message"],
     }
     rows = []
     for view in VIEWS:
-        freshest = engine.connection.execute(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}").fetchone()[0]
+        freshest = engine.query(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
         rows.append(
             {
                 "view": view.name,
@@ -57,8 +56,8 @@ def view_status(settings: Settings, store: LakehouseStore) -> list[dict[str, Any
                 "stale_days": ", ".join(day.isoformat() for day in stale),
                 "speed_max_event_time": freshest,
                 "speed_processed_at": processed,
-                "speed_version": store.version(view.speed_table) if store.exists(view.speed_table) else None,
-                "batch_version": store.version(view.batch_table) if store.exists(view.batch_table) else None,
+                "speed_version": engine.version(speed_relation(view)),
+                "batch_version": engine.version(batch_relation(view)),
                 **health,
                 **ops,
                 "checked_at": datetime.now(timezone.utc),

@@ -1,0 +1,260 @@
+"""`lambdalake serve` for real: a streamed and batched lake, the server as a process, HTTP
+clients, the CLI to compare with, and headless Chromium for the dashboard."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from browser import Chromium, chromium_binary
+from pydantic import SecretStr
+from test_serving import FORBIDDEN
+
+from include.alerts import notify
+from include.config import load_settings
+from include.generator import TrafficOptions, generate
+from include.views import VIEWS
+from serving.engine import QueryRefused, ServingEngine
+
+DAY = date(2026, 11, 20)
+TOKEN = "test-token-0123456789"
+LAMBDALAKE = Path(sys.executable).parent / "lambdalake"
+pytestmark = pytest.mark.slow
+
+# What the dashboard asks most; the concurrency test repeats them.
+QUERIES = [
+    "SELECT status, count(*) AS orders FROM order_payments GROUP BY status ORDER BY status",
+    "SELECT category, round(sum(revenue), 2) AS revenue FROM revenue_by_category_5m GROUP BY category ORDER BY category",
+    "SELECT topic, count(*) AS late FROM late_events GROUP BY topic ORDER BY topic",
+    "SELECT view, metric, diff FROM reconciliation ORDER BY view, metric",
+]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LAMBDALAKE_")}
+    return {**env, **extra}
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    from batch_layer.nightly import run_batch
+    from speed_layer.runner import run_stream
+
+    # Three micro-batches of an hour each; late events land more than an hour late, so the
+    # watermark has passed them.
+    settings = load_settings(home=tmp_path_factory.mktemp("serve") / "home", spark_master="local[2]",
+                             shuffle_partitions=2, max_files_per_trigger=2)
+    options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
+                             late_beyond=timedelta(hours=1))
+    generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=30, progress=False)
+    run_stream(settings, available_now=True)
+    run_batch(settings, DAY)
+    notify(settings, "speed_layer_supervisor", "stream stalled; restarting", "warning")
+    return settings
+
+
+@pytest.fixture(scope="module")
+def server(lake):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [LAMBDALAKE, "serve", "--home", lake.home, "--port", str(port)],
+        env=clean_env(LAMBDALAKE_SERVE_TOKEN=TOKEN, LAMBDALAKE_QUERY_TIMEOUT="5s"),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"lambdalake serve did not start: {process.stdout.read()}")
+            time.sleep(0.3)
+    yield url, process
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def call(url: str, path: str, body: dict | bytes | None = None, token: str | None = TOKEN,
+         scheme: str = "Bearer") -> tuple[int, str]:
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"{scheme} {token}"} if token is not None else {}
+    request = urllib.request.Request(url + path, data=data, headers=headers, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def cli(lake, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LAMBDALAKE, *args, "--home", lake.home], capture_output=True, text=True, env=clean_env())
+
+
+def lake_files(settings) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in settings.lakehouse_dir.rglob("*")}
+
+
+def test_the_server_prints_the_dashboard_url_with_its_token(server):
+    url, process = server
+    first = process.stdout.readline()
+    assert first.strip() == f"Dashboard: {url}/#token={TOKEN}"
+
+
+@pytest.mark.parametrize("path", ["/api/query", "/api/status", "/api/no-such-thing"])
+@pytest.mark.parametrize("token, scheme", [(None, "Bearer"), ("wrong", "Bearer"), (TOKEN, "Basic"), ("", "Bearer")])
+def test_api_without_the_token_answers_401_and_nothing_else(server, path, token, scheme):
+    url, _ = server
+    body = {"sql": "SELECT * FROM order_payments"} if path == "/api/query" else None
+    assert call(url, path, body, token=token, scheme=scheme) == (401, "")
+
+
+def test_the_dashboard_page_is_static_and_needs_no_token(server):
+    url, _ = server
+    status, page = call(url, "/", token=None)
+    assert status == 200 and "<title>lambdalake</title>" in page
+    assert call(url, "/dashboard.js", token=None)[0] == 200
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_query_answers_exactly_what_the_cli_prints(server, lake, sql):
+    url, _ = server
+    status, body = call(url, "/api/query", {"sql": sql})
+    printed = cli(lake, "query", sql, "--format", "json")
+    assert printed.returncode == 0, printed.stderr
+    assert status == 200 and json.loads(body)  # the lake has rows for each
+    assert body == printed.stdout.rstrip("\n")
+
+
+def test_status_answers_what_the_cli_prints(server, lake):
+    url, _ = server
+    status, body = call(url, "/api/status")
+    printed = json.loads(cli(lake, "status", "--format", "json").stdout)
+    served = json.loads(body)
+    assert status == 200 and [row["view"] for row in served] == [view.name for view in VIEWS]
+    drop = {"checked_at"}  # the moment each was asked
+    assert [{k: v for k, v in row.items() if k not in drop} for row in served] == \
+        [{k: v for k, v in row.items() if k not in drop} for row in printed]
+    assert served[0]["batch_covered_days"] == DAY.isoformat() and served[0]["last_alert"] == "stream stalled; restarting"
+
+
+@pytest.mark.parametrize("sql", [*FORBIDDEN, "SELEC 1", "SELECT * FROM no_such_view"])
+def test_refused_statements_answer_400_with_the_cli_message(server, lake, sql):
+    url, _ = server
+    sql = sql.format(lake=lake.lakehouse_dir)
+    before = lake_files(lake)
+    status, body = call(url, "/api/query", {"sql": sql})
+    with pytest.raises(QueryRefused) as refused:  # what `lambdalake query` prints after "error: "
+        ServingEngine(lake).query(sql)
+    assert status == 400 and json.loads(body) == {"error": str(refused.value)}
+    assert lake_files(lake) == before
+
+
+def test_the_cli_prints_the_same_refusal(server, lake):
+    url, _ = server
+    sql = "SELECT 1; DROP VIEW dlq"
+    printed = cli(lake, "query", sql)
+    assert printed.returncode == 2
+    assert printed.stderr == f"lambdalake: error: {json.loads(call(url, '/api/query', {'sql': sql})[1])['error']}\n"
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"query": "SELECT 1"}', b'{"sql": 1}', b""])
+def test_a_malformed_body_answers_400(server, body):
+    url, _ = server
+    status, answer = call(url, "/api/query", body)
+    assert status == 400 and json.loads(answer) == {"error": 'the body must be JSON {"sql": "SELECT ..."}'}
+
+
+def test_a_slow_query_is_cancelled_at_the_time_limit(server):
+    url, _ = server
+    started = time.monotonic()
+    status, body = call(url, "/api/query", {"sql": "SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000000) b"})
+    assert status == 504 and json.loads(body) == {"error": "query cancelled after the 5 s time limit"}
+    assert 5 <= time.monotonic() - started < 30
+    assert call(url, "/api/query", {"sql": "SELECT 1 AS one"}) == (200, '[\n {\n  "one": 1\n }\n]')
+
+
+def test_fifty_concurrent_clients_for_twenty_seconds(server, lake):
+    url, _ = server
+    expected = {sql: call(url, "/api/query", {"sql": sql}) for sql in QUERIES}
+    before = lake_files(lake)
+    failures: list[str] = []
+    answered = [0] * 50
+    stop = time.monotonic() + 20
+
+    def client(number: int) -> None:
+        while time.monotonic() < stop:
+            sql = QUERIES[(number + answered[number]) % len(QUERIES)]
+            answer = call(url, "/api/query", {"sql": sql})
+            if answer != expected[sql]:
+                failures.append(f"client {number}: {answer[0]} {answer[1][:200]}")
+                return
+            answered[number] += 1
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(50)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+    assert failures == []
+    assert min(answered) > 0, answered
+    assert lake_files(lake) == before
+
+
+def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_path):
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; Debian: apt-get install chromium")
+    url, _ = server
+    browser = Chromium(binary, tmp_path / "profile")
+    try:
+        browser.open(f"{url}/#token={TOKEN}")
+        states = browser.wait_for(
+            "[...document.querySelectorAll('.panel')].every(p => p.dataset.state !== 'loading')"
+            " && Object.fromEntries([...document.querySelectorAll('.panel')].map(p => [p.id, p.dataset.state]))")
+        assert states == dict.fromkeys(["revenue", "freshness", "losses", "reconciliation", "alerts"], "data")
+        assert browser.evaluate("location.hash") == ""  # the token left the address bar
+        series = browser.evaluate("Object.fromEntries([...document.querySelectorAll('#revenue polyline')]"
+                                  ".map(l => [l.dataset.series, l.getAttribute('points').split(' ').length]))")
+        assert set(series) == {"speed", "batch", "merged"} and min(series.values()) >= 3
+        views = browser.evaluate("[...document.querySelectorAll('#freshness tbody tr')].map(r => r.cells[0].textContent)")
+        assert views == [view.name for view in VIEWS]
+        assert browser.evaluate("document.querySelectorAll('#losses tbody tr').length") >= 5
+        assert browser.evaluate("document.querySelectorAll('#reconciliation tr.diff').length") >= 1
+        assert "stopped" in browser.evaluate("document.getElementById('stream').textContent")
+
+        # New data shows up on its own, without reloading the page.
+        browser.evaluate("window.sameDocument = true")
+        notify(lake, "lambda_nightly_batch", "deadline missed in the browser test")
+        browser.wait_for("document.querySelector('#alerts tbody').textContent.includes('deadline missed in the browser test')", 30)
+        assert browser.evaluate("window.sameDocument") is True
+        shot = browser.screenshot(tmp_path / "dashboard.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+        print(f"screenshot: {shot}")
+    finally:
+        browser.close()
+
+
+def test_without_a_configured_token_one_is_generated_once_and_kept_private(settings):
+    from serving.http import serve_token
+
+    token = serve_token(settings)
+    path = settings.run_dir / "serve-token"
+    assert len(token) >= 32 and path.read_text() == token
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert serve_token(settings) == token
+    assert serve_token(settings.model_copy(update={"serve_token": SecretStr("mine")})) == "mine"
