@@ -173,9 +173,11 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from include.platform import password_file, up
+    from serving.http import dashboard_url, serve_token
 
-    url = up(settings, args.port)
+    url = up(settings, args.port, args.serve_port)
     print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)})")
+    print(f"Dashboard:  {dashboard_url('127.0.0.1', args.serve_port, serve_token(settings))}")
     print(f"Events land in {settings.landing_dir}; speed_layer_supervisor starts the stream. Stop with: make down")
     return 0
 
@@ -270,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", parents=[common], help="start Airflow, the generator and the stream (make up)")
     up.add_argument("--port", type=positive(int), default=8080, help="Airflow API/UI port")
+    up.add_argument("--serve-port", type=positive(int), default=8090, help="`lambdalake serve` port (dashboard, SQL API)")
     up.set_defaults(handler=cmd_up)
     down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
     down.set_defaults(handler=cmd_down)

@@ -107,5 +107,8 @@ What happened ({time.monotonic() - started:.0f}s):
   including every late event, then reconciled: {int(recovered)} orders paid late were recovered.
 - The serving layer now answers from the batch view for {day} and from the speed view for any
   day without a batch run. Try: .venv/bin/lambdalake query --home {settings.home} "SELECT * FROM reconciliation"
+
+See it on the dashboard: .venv/bin/lambdalake serve --home {settings.home}
+and open the address it prints (http://127.0.0.1:8090/#token=...); Ctrl-C stops it.
 """
     )

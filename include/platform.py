@@ -1,8 +1,8 @@
 """``make up`` / ``make down``: the embedded platform on one machine.
 
 ``up`` starts ``airflow standalone`` (SQLite, LocalExecutor) with this project's DAGs, examples
-off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mode; and unpauses
-``speed_layer_supervisor``, which starts the stream. ``down`` stops exactly what ``up`` started
+off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mode; ``lambdalake
+serve`` (SQL API and dashboard); and unpauses ``speed_layer_supervisor``, which starts the stream. ``down`` stops exactly what ``up`` started
 (process groups recorded in pid files) and the stream.
 """
 
@@ -21,7 +21,7 @@ from include.processes import group_alive, stop_group
 
 PROJECT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-SERVICES = ("airflow", "generator")
+SERVICES = ("airflow", "generator", "serve")
 
 
 def airflow_env(settings: Settings, port: int) -> dict[str, str]:
@@ -85,6 +85,23 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     raise RuntimeError(f"airflow did not answer on {url} within {timeout:.0f}s; see {settings.run_dir / 'airflow.log'}")
 
 
+def start_serve(settings: Settings, port: int = 8090, timeout: float = 60) -> str:
+    """Start ``lambdalake serve`` (unless running) and wait until it answers; returns its base URL."""
+    url = f"http://127.0.0.1:{port}"
+    if not _running(settings, "serve"):
+        _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home), "--port", str(port)],
+               dict(os.environ))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5).close()
+            return url
+        except OSError:
+            if not _running(settings, "serve") or time.monotonic() > deadline:
+                raise RuntimeError(f"lambdalake serve did not answer on {url}; see {settings.run_dir / 'serve.log'}") from None
+            time.sleep(0.5)
+
+
 def password_file(settings: Settings) -> Path:
     return settings.airflow_home / "simple_auth_manager_passwords.json.generated"
 
@@ -98,11 +115,12 @@ def airflow_cli(settings: Settings, port: int, *args: str) -> subprocess.Complet
                           capture_output=True, text=True)
 
 
-def up(settings: Settings, port: int = 8080, orders_per_hour: float = 2000.0) -> str:
+def up(settings: Settings, port: int = 8080, serve_port: int = 8090, orders_per_hour: float = 2000.0) -> str:
     url = start_airflow(settings, port)
     if not _running(settings, "generator"):
         _spawn(settings, "generator", [str(BIN / "lambdalake"), "generate", "--home", str(settings.home), "--follow",
                                        "--orders-per-hour", str(orders_per_hour)], dict(os.environ))
+    start_serve(settings, serve_port)
     deadline = time.monotonic() + 120  # the DAG processor needs a moment to register the DAGs
     while airflow_cli(settings, port, "dags", "unpause", "speed_layer_supervisor").returncode != 0:
         if time.monotonic() > deadline:

@@ -258,3 +258,21 @@ def test_without_a_configured_token_one_is_generated_once_and_kept_private(setti
     assert path.stat().st_mode & 0o777 == 0o600
     assert serve_token(settings) == token
     assert serve_token(settings.model_copy(update={"serve_token": SecretStr("mine")})) == "mine"
+
+
+def test_make_up_starts_the_server_and_make_down_stops_it(lake):
+    from include.platform import down, start_serve
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = start_serve(lake, port)
+    try:
+        from serving.http import serve_token
+
+        assert call(url, "/api/query", {"sql": "SELECT count(*) AS n FROM dlq"}, token=serve_token(lake))[0] == 200
+    finally:
+        stopped = down(lake)
+    assert any(service.startswith("serve") for service in stopped)
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=5)

@@ -13,7 +13,7 @@ import pytest
 from include.coverage import bronze_fingerprint, mark_covered
 from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
-from serving.engine import QueryRefused, ServingEngine
+from serving.engine import QueryRefused, QueryTimeout, ServingEngine
 
 D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
 
@@ -62,6 +62,28 @@ def test_an_open_engine_refreshes_only_the_tables_that_changed(lake):
     assert engine.rows(total) == [{"r": 17.0}]
     with pytest.raises(QueryRefused):  # still read-only after re-registering
         engine.query("COPY (SELECT 1) TO 'x.csv'")
+
+
+def test_refresh_follows_replaced_and_compacted_files(lake):
+    settings, store = lake
+    engine = ServingEngine(settings)
+    speed = "SELECT revenue FROM _speed_revenue_by_category_5m ORDER BY revenue"
+    for revenue in (3.0, 4.0):
+        store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, revenue)], REVENUE.schema))
+    store.replace_partition(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D1, 7.0)], REVENUE.schema), {"date": D1})
+    engine.refresh()
+    assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
+    store.optimize(REVENUE.speed_table)  # removes three files of 2026-11-21 and adds one
+    assert engine.refresh() == ["_speed_revenue_by_category_5m"]
+    assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
+    assert engine.rows(speed) == ServingEngine(settings).rows(speed)
+
+
+def test_a_query_past_the_time_limit_is_cancelled(settings):
+    engine = ServingEngine(settings, query_timeout=0.5)
+    with pytest.raises(QueryTimeout, match="0.5 s time limit"):
+        engine.query("SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000000) b")
+    assert engine.rows("SELECT count(*) AS n FROM dlq") == [{"n": 0}]  # the engine still answers
 
 
 def test_missing_tables_serve_empty_views(settings):
