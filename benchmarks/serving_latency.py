@@ -1,21 +1,29 @@
-"""Serving latency: dashboard queries through the serving layer vs DuckDB on the same Parquet files.
+"""Serving latency: dashboard queries through the serving layer, in process and over HTTP, vs
+DuckDB on the same Parquet files.
 
     .venv/bin/python benchmarks/serving_latency.py [--home .lambdalake/demo] [--repeat 50]
 
-Needs a lake with data (``make run`` leaves one in ``.lambdalake/demo``). For each query, the
-serving layer (merged views over Delta snapshots, read-only guard) and plain DuckDB reading the
-snapshots' Parquet files directly run alternately, ``--repeat`` times each; p50/p95 in ms.
-Opening the serving engine (what each ``lambdalake query`` pays once) is timed separately.
+Needs a lake with data (``make run`` leaves one in ``.lambdalake/demo``). Starts ``lambdalake
+serve`` on a free port. For each query, three ways run alternately, ``--repeat`` times each:
+the serving engine in this process, ``POST /api/query`` on the warm server (one keep-alive
+connection, as a dashboard holds), and plain DuckDB reading the snapshots' Parquet files
+directly; p50/p95 in ms. Then requests/s with ``--clients`` concurrent HTTP clients. Opening the
+serving engine (what each ``lambdalake query`` pays once) is timed separately.
 Writes ``benchmarks/results/serving.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -62,10 +70,65 @@ def percentile(samples: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+TOKEN = "benchmark-token"
+
+
+def start_server(home: Path) -> tuple[subprocess.Popen, int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "LAMBDALAKE_SERVE_TOKEN": TOKEN}
+    server = subprocess.Popen([str(Path(sys.executable).parent / "lambdalake"), "serve", "--home", str(home), "--port", str(port)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return server, port
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("lambdalake serve did not start")
+            time.sleep(0.2)
+
+
+def post(connection: http.client.HTTPConnection, sql: str) -> list:
+    connection.request("POST", "/api/query", body=json.dumps({"sql": sql}),
+                       headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    response = connection.getresponse()
+    body = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"HTTP {response.status}: {body[:200]!r}")
+    return json.loads(body)
+
+
+def requests_per_second(port: int, clients: int, seconds: float) -> tuple[float, float]:
+    """Every client cycles through the queries on its own connection; returns requests/s and p50 ms."""
+    stop = time.monotonic() + seconds
+    latencies: list[float] = []
+
+    def client(offset: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        number = offset
+        while time.monotonic() < stop:
+            started = time.perf_counter()
+            post(connection, QUERIES[number % len(QUERIES)][1])
+            latencies.append((time.perf_counter() - started) * 1000)
+            number += 1
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return len(latencies) / seconds, statistics.median(latencies)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, default=ROOT / ".lambdalake" / "demo")
     parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients for the throughput run")
+    parser.add_argument("--seconds", type=float, default=20, help="length of the throughput run")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "serving.md")
     args = parser.parse_args()
     settings = load_settings(home=args.home)
@@ -84,31 +147,51 @@ def main() -> int:
     }
     direct = duckdb.connect()
     direct.execute("SET TimeZone = 'UTC'")
-    lines = []
-    for name, served_sql, direct_sql in QUERIES:
-        direct_sql = direct_sql.format(**lists)
-        served, plain = [], []
-        for _ in range(args.repeat):
-            started = time.perf_counter()
-            engine.query(served_sql)
-            served.append((time.perf_counter() - started) * 1000)
-            started = time.perf_counter()
-            direct.execute(direct_sql).fetchall()
-            plain.append((time.perf_counter() - started) * 1000)
-        assert sorted(map(str, engine.query(served_sql)[1])) == sorted(map(str, direct.execute(direct_sql).fetchall()))
-        lines.append(
-            f"| {name} | {statistics.median(served):.1f} | {percentile(served, 0.95):.1f} | "
-            f"{statistics.median(plain):.1f} | {percentile(plain, 0.95):.1f} |"
-        )
+    server, port = start_server(args.home)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        lines = []
+        for name, served_sql, direct_sql in QUERIES:
+            direct_sql = direct_sql.format(**lists)
+            post(connection, served_sql)  # warm
+            served, over_http, plain = [], [], []
+            for _ in range(args.repeat):
+                started = time.perf_counter()
+                engine.query(served_sql)
+                served.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                post(connection, served_sql)
+                over_http.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
+                direct.execute(direct_sql).fetchall()
+                plain.append((time.perf_counter() - started) * 1000)
+            assert sorted(map(str, engine.query(served_sql)[1])) == sorted(map(str, direct.execute(direct_sql).fetchall()))
+            assert len(post(connection, served_sql)) == len(engine.query(served_sql)[1])
+            lines.append(
+                f"| {name} | {statistics.median(served):.1f} | {percentile(served, 0.95):.1f} | "
+                f"{statistics.median(over_http):.1f} | {percentile(over_http, 0.95):.1f} | "
+                f"{statistics.median(plain):.1f} | {percentile(plain, 0.95):.1f} | "
+                f"**{statistics.median(over_http) / statistics.median(plain):.2f}x** |"
+            )
+        rate, loaded_p50 = requests_per_second(port, args.clients, args.seconds)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
     report = [
         "# Serving benchmark",
         "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z on {platform.node()}: {os.cpu_count()} cores, "
-        f"DuckDB {duckdb.__version__}, lake `{args.home}`, {args.repeat} runs per query, alternating.",
+        f"DuckDB {duckdb.__version__}, lake `{args.home}`, {args.repeat} runs per query, the three ways alternating.",
         "",
-        "| dashboard query | serving p50 ms | serving p95 ms | DuckDB on Parquet p50 ms | p95 ms |",
-        "|---|---:|---:|---:|---:|",
+        "| dashboard query | engine p50 ms | engine p95 ms | HTTP p50 ms | HTTP p95 ms | DuckDB on Parquet p50 ms | p95 ms | HTTP / DuckDB p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *lines,
+        "",
+        "Engine: `ServingEngine.query` in this process. HTTP: `POST /api/query` to a warm `lambdalake serve` "
+        "over one keep-alive connection, JSON parsed (target: at most 1.5x DuckDB on Parquet).",
+        "",
+        f"Throughput: {args.clients} concurrent HTTP clients cycling through the three queries for {args.seconds:.0f} s: "
+        f"**{rate:.0f} requests/s**, p50 {loaded_p50:.1f} ms under that load.",
         "",
         f"Opening the serving engine (each `lambdalake query` does it once): p50 {statistics.median(opened):.1f} ms, "
         f"p95 {percentile(opened, 0.95):.1f} ms.",

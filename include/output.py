@@ -24,11 +24,17 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def json_rows(rows: Sequence[dict[str, Any]], indent: int | None = None) -> str:
+    """Rows as a JSON list of objects; compact unless ``indent`` (the C encoder only runs without)."""
+    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
+    return json.dumps(rows, indent=indent, default=str, separators=(",", ": ") if indent else (",", ":"))
+
+
 def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
     """Rows as an aligned table, a JSON list of objects, or CSV."""
-    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
     if fmt == "json":
-        return json.dumps(rows, indent=1, default=str)
+        return json_rows(rows, indent=1)
+    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
     columns = list(rows[0]) if rows else []
     if fmt == "csv":
         buffer = io.StringIO()

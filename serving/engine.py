@@ -103,7 +103,7 @@ class ServingEngine:
         self.settings = settings
         self.query_timeout = query_timeout
         self.connection = duckdb.connect(":memory:")
-        self.connection.execute("SET TimeZone = 'UTC'")
+        self.connection.execute("SET GLOBAL TimeZone = 'UTC'")  # global: each query's cursor is a new session
         self.connection.execute(f"CREATE SCHEMA {LOADED}")
         self._lock = threading.Lock()  # one refresh at a time
         self._snapshots: dict[str, DeltaTable | None] = dict.fromkeys(SOURCES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import date, datetime, timezone
 from pathlib import Path
 
@@ -84,6 +85,17 @@ def test_a_query_past_the_time_limit_is_cancelled(settings):
     with pytest.raises(QueryTimeout, match="0.5 s time limit"):
         engine.query("SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000000) b")
     assert engine.rows("SELECT count(*) AS n FROM dlq") == [{"n": 0}]  # the engine still answers
+
+
+def test_queries_see_days_in_utc_whatever_the_machine_time_zone(settings, monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        rows = ServingEngine(settings).rows("SELECT CAST(TIMESTAMPTZ '2026-11-21 02:00:00+00' AS DATE) AS day")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert rows == [{"day": D2}]
 
 
 def test_missing_tables_serve_empty_views(settings):
