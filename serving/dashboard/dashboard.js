@@ -125,10 +125,10 @@ async function freshness() {
   const covered = (row) => row.batch_covered_days ? row.batch_covered_days.split(", ") : [];
   show("freshness", "data", table([
     ["view", (r) => esc(r.view)],
-    ["newest event (speed)", (r) => `${esc(utc(r.speed_max_event_time).slice(5, 16))} · ${esc(age(r.speed_max_event_time))}`],
-    ["last micro-batch", (r) => esc(age(r.speed_processed_at))],
-    ["batch-covered", (r) => covered(r).length ? `${covered(r).length} d, last ${esc(covered(r).at(-1).slice(5))}` : "none"],
-    ["stale", (r) => esc(r.stale_days || "none")],
+    ["newest event", (r) => `${esc(utc(r.speed_max_event_time).slice(5, 16))} · ${esc(age(r.speed_max_event_time))}`, "wrap"],
+    ["last micro-batch", (r) => esc(age(r.speed_processed_at)), "wrap"],
+    ["batch-covered days", (r) => covered(r).length ? `${covered(r).length}, last ${esc(covered(r).at(-1).slice(5))}` : "none", "wrap"],
+    ["stale days", (r) => esc(r.stale_days || "none"), "wrap"],
   ], rows));
 }
 
@@ -139,7 +139,7 @@ async function losses() {
   show("losses", "data", `<div class="scroll">${table([
     ["topic", (r) => esc(r.topic)],
     ["where", (r) => r.kind === "late" ? "late_events" : "dlq"],
-    ["reason", (r) => esc(r.reason)],
+    ["reason", (r) => esc(r.reason), "wrap"],
     ["events", (r) => num(r.events, 0), "num"],
     ["", (r) => `<span class="bar ${r.kind}" style="width:${Math.max(2, 120 * r.events / most)}px"></span>`],
   ], rows)}</div>`);
@@ -169,7 +169,7 @@ async function alerts() {
     ["", (r) => esc(age(r.at))],
     ["source", (r) => esc(r.source)],
     ["severity", (r) => `<span class="severity-${esc(r.severity)}">${esc(r.severity)}</span>`],
-    ["message", (r) => esc(r.message)],
+    ["message", (r) => esc(r.message), "wrap"],
   ], rows));
 }
 

@@ -77,7 +77,10 @@ class Chromium:
             time.sleep(0.25)
 
     def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        """The whole page, not just the window."""
+        size = self.send("Page.getLayoutMetrics")["cssContentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}
+        data = self.send("Page.captureScreenshot", format="png", clip=clip, captureBeyondViewport=True)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 

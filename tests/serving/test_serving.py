@@ -14,6 +14,7 @@ import pytest
 from include.coverage import bronze_fingerprint, mark_covered
 from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
+from serving import engine as engine_module
 from serving.engine import QueryRefused, QueryTimeout, ServingEngine
 
 D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
@@ -78,6 +79,30 @@ def test_refresh_follows_replaced_and_compacted_files(lake):
     assert engine.refresh() == ["_speed_revenue_by_category_5m"]
     assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
     assert engine.rows(speed) == ServingEngine(settings).rows(speed)
+
+
+def test_a_failed_refresh_changes_nothing_and_the_next_one_catches_up(lake, monkeypatch):
+    settings, store = lake
+    engine = ServingEngine(settings)
+    total = "SELECT (SELECT sum(revenue) FROM _speed_revenue_by_category_5m) + (SELECT sum(revenue) FROM _batch_revenue_by_category_5m) AS r"
+    assert engine.rows(total) == [{"r": 13.0}]
+    for table in (REVENUE.speed_table, REVENUE.batch_table):
+        store.append(table, store.spark.createDataFrame([revenue_row(D2, 100.0)], REVENUE.schema))
+    real_rows = engine_module._rows
+    calls = []
+
+    def second_fails(schema, fragments):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("a file vanished")
+        return real_rows(schema, fragments)
+
+    monkeypatch.setattr(engine_module, "_rows", second_fails)
+    with pytest.raises(OSError):
+        engine.refresh()
+    assert engine.rows(total) == [{"r": 13.0}]  # neither table moved
+    assert sorted(engine.refresh()) == ["_batch_revenue_by_category_5m", "_speed_revenue_by_category_5m"]
+    assert engine.rows(total) == [{"r": 213.0}]
 
 
 def test_a_query_past_the_time_limit_is_cancelled(settings):
