@@ -9,9 +9,10 @@ process another day, or backfill a date range (catchup is on).
    come: the stream's watermark passed the day's end plus the allowed lateness, or the wall clock
    did and the stream has consumed everything landed (a quiet stream does not block the night).
 3. **bronze_fingerprint** records the Bronze input the run reads (to detect restatements).
-4. **recompute** and **reconcile** run as Spark applications (`SparkSubmitOperator` on the
-   `spark_default` connection: `local[*]` embedded, a cluster master by configuration), so the
-   heavy work runs in its own JVM and a cluster can take it.
+4. **recompute** and **reconcile** run as Spark applications (`SparkJobOperator`: spark-submit
+   from the installed pyspark, the `lambdalake_spark` connection or else
+   `LAMBDALAKE_SPARK_MASTER`, default `local[*]`), so the heavy work runs in its own JVM and a
+   cluster can take it. When Spark cannot run at all the task fails at once, without retries.
 5. **data_quality** fails the run loudly unless the numbers add up (accounting identities,
    reconciliation drift).
 6. **publish_coverage** marks the day batch-covered; the serving layer then answers it from the
@@ -28,11 +29,12 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Asset, AsyncCallback, DeadlineAlert, DeadlineReference, task
 
+from include.airflow_compat import unless_dags_test
 from include.alerts import deadline_missed, task_failed
 from include.config import load_settings
+from include.spark_submit import SparkJobOperator
 from include.views import VIEWS
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -43,10 +45,10 @@ DAY = "{{ ti.xcom_pull(task_ids='day_to_process') }}"
 BATCH_VIEWS = [Asset(f"lambdalake://batch/{view.name}") for view in VIEWS]
 
 
-def spark_step(step: str) -> SparkSubmitOperator:
-    return SparkSubmitOperator(
+def spark_step(step: str) -> SparkJobOperator:
+    return SparkJobOperator(
         task_id=step, application=SPARK_JOB, application_args=[step, "--date", DAY],
-        conn_id="spark_default", conf=SPARK_CONF, name=f"lambdalake-{step}",
+        conf=SPARK_CONF, name=f"lambdalake-{step}",
     )
 
 
@@ -60,11 +62,11 @@ with DAG(
     tags=["lambdalake", "batch-layer"],
     default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(minutes=5),
                   "on_failure_callback": task_failed},
-    deadline=DeadlineAlert(
+    deadline=unless_dags_test(DeadlineAlert(
         reference=DeadlineReference.DAGRUN_QUEUED_AT,
         interval=timedelta(hours=3),
         callback=AsyncCallback(deadline_missed, kwargs={"dag_id": "lambda_nightly_batch"}),
-    ),
+    )),
 ) as dag:
 
     @task
@@ -125,15 +127,13 @@ with DAG(
     fingerprint = bronze_fingerprint(day)
     published = publish_coverage(day, fingerprint)
     stale = stale_days()
-    restate = SparkSubmitOperator.partial(
-        task_id="restate_stale_day", application=SPARK_JOB, conn_id="spark_default", conf=SPARK_CONF,
-        name="lambdalake-restate",
+    restate = SparkJobOperator.partial(
+        task_id="restate_stale_day", application=SPARK_JOB, conf=SPARK_CONF, name="lambdalake-restate",
     ).expand(application_args=stale)
     recompute, reconcile = spark_step("recompute"), spark_step("reconcile")
     wait_until_day_complete(day) >> fingerprint >> recompute >> reconcile >> data_quality(day) >> published >> stale
 
 
 if __name__ == "__main__":
-    # Airflow 3.3.2's dag.test() cannot evaluate Deadline Alerts (the scheduler does); test without.
-    dag.deadline = None
+    dag.deadline = None  # Airflow 3.3.2's dag.test() bug: see include/airflow_compat.unless_dags_test
     dag.test()

@@ -34,7 +34,7 @@ def airflow_env(settings: Settings, port: int) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": settings.spark_master}),
+        # `airflow standalone` starts its scheduler, API server etc. as `airflow ...` from PATH.
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 

@@ -16,9 +16,7 @@ AIRFLOW_ENV = {
     "AIRFLOW_HOME": str(AIRFLOW_HOME),
     "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-    "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
-    # spark-submit and lambdalake come from this virtualenv.
-    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    # No connection and no PATH entry for Spark: the DAGs must find both themselves.
 }
 os.environ.update(AIRFLOW_ENV)
 

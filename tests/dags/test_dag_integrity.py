@@ -43,7 +43,8 @@ def test_nightly_batch_has_its_deadline_and_assets(dagbag):
     assert dag.catchup is True
     outlets = {str(a.uri) for a in dag.get_task("publish_coverage").outlets}
     assert outlets == {"lambdalake://batch/revenue_by_category_5m", "lambdalake://batch/order_payments"}
-    assert dag.get_task("recompute").task_type == "SparkSubmitOperator"
+    recompute = dag.get_task("recompute")
+    assert recompute.task_type == "SparkJobOperator" and recompute._conn_id == "lambdalake_spark"
 
 
 @pytest.mark.parametrize("name", ["lambda_nightly_batch", "speed_layer_supervisor", "lakehouse_maintenance"])

@@ -1,42 +1,59 @@
-"""lambda_nightly_batch end to end with dag.test(): real tasks, real spark-submit, real tables."""
+"""lambda_nightly_batch end to end: the standard `airflow dags test` in a fresh Airflow home with
+no connection and no PATH entry for Spark, a rerun with dag.test(), and the fail-fast path."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
 from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from include.coverage import covered_days
 from include import tables
 from include.alerts import deadline_missed
 from include.config import load_settings
+from include.coverage import covered_days
 from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from serving.engine import ServingEngine
 from speed_layer.runner import run_stream
 
 PROJECT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
 DAY = date(2026, 11, 20)
+LAKE_ENV = {"LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory, airflow_db):
+    home = tmp_path_factory.mktemp("nightly") / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {**LAKE_ENV, "LAMBDALAKE_HOME": str(home)}.items():
+            patch.setenv(key, value)
+        settings = load_settings()
+        result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3,
+                          TrafficOptions(orders_per_hour=100, late_fraction=0.05), seed=5, file_minutes=15, progress=False)
+        run_stream(settings, available_now=True)
+        yield settings, result
 
 
 @pytest.fixture
-def lake(spark, tmp_path, monkeypatch, airflow_db):
-    monkeypatch.setenv("LAMBDALAKE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("LAMBDALAKE_SPARK_MASTER", "local[2]")
-    monkeypatch.setenv("LAMBDALAKE_SHUFFLE_PARTITIONS", "2")
-    settings = load_settings()
-    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3,
-                      TrafficOptions(orders_per_hour=100, late_fraction=0.05), seed=5, file_minutes=15, progress=False)
-    run_stream(settings, available_now=True)
-    return settings, result
+def lake_env(lake, monkeypatch):
+    settings, _ = lake
+    for key, value in {**LAKE_ENV, "LAMBDALAKE_HOME": str(settings.home)}.items():
+        monkeypatch.setenv(key, value)
+    return lake
 
 
 def nightly_dag():
     dag = DagBag(dag_folder=str(PROJECT / "dags")).dags["lambda_nightly_batch"]
-    dag.deadline = None  # Airflow 3.3.2's dag.test() cannot evaluate Deadline Alerts; the scheduler does
+    dag.deadline = None  # Airflow 3.3.2's dag.test() bug: see include/airflow_compat.unless_dags_test
     return dag
 
 
@@ -47,10 +64,36 @@ def views(settings):
 
 
 @pytest.mark.slow
-def test_nightly_dag_rebuilds_reconciles_covers_and_reruns_identically(lake):
-    settings, result = lake
+@pytest.mark.parametrize("problem, env, line", [
+    ("no such binary", {"AIRFLOW_CONN_LAMBDALAKE_SPARK": json.dumps({"conn_type": "spark", "host": "local[2]",
+                                                                     "extra": {"spark-binary": "spark3-submit"}})},
+     "Spark cannot run: 'spark3-submit' is neither on PATH nor in pyspark's bin"),
+    ("bad master", {"LAMBDALAKE_SPARK_MASTER": "yarm"}, "Spark cannot run: master 'yarm' is not local[N]"),
+])
+def test_spark_that_cannot_run_fails_the_task_at_once_without_retry(lake_env, monkeypatch, capfd, problem, env, line):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    started = time.monotonic()
     run = nightly_dag().test(run_conf={"date": DAY.isoformat()})
-    assert run.state == "success"
+    assert time.monotonic() - started < 60  # the tasks before it included; a retry would wait 5 minutes
+    assert run.state == "failed"
+    recompute = run.get_task_instance("recompute")
+    assert (recompute.state, recompute.try_number) == ("failed", 1)
+    output = capfd.readouterr()
+    assert line in output.out + output.err
+
+
+@pytest.mark.slow
+def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(lake_env, tmp_path):
+    settings, result = lake_env
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW_CONN_")}
+    env.update(PATH=path, AIRFLOW_HOME=str(tmp_path / "airflow"))
+    subprocess.run([VENV_BIN / "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
+    run = subprocess.run([VENV_BIN / "airflow", "dags", "test", "lambda_nightly_batch", "2026-11-21"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
     assert DAY in covered_days(open_store(settings))
     revenue, payments = views(settings)
     served = [r for r in revenue if r["window_start"].date() == DAY]
@@ -60,7 +103,7 @@ def test_nightly_dag_rebuilds_reconciles_covers_and_reruns_identically(lake):
     recovered = {r["metric"]: r["batch_value"] for r in reconciliation}["late_matches_recovered"]
     assert recovered == result.ledger["order_payments"]["late_paid"]
 
-    rerun = nightly_dag().test(run_conf={"date": DAY.isoformat()})
+    rerun = nightly_dag().test(run_conf={"date": DAY.isoformat()})  # idempotent
     assert rerun.state == "success"
     assert views(settings) == (revenue, payments)
 
