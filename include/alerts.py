@@ -1,9 +1,11 @@
 """One notifier for the whole platform: every alert goes to the log and the ``ops/alerts`` table,
-and to a webhook when ``LAMBDALAKE_ALERT_WEBHOOK_URL`` is set."""
+to a webhook when ``LAMBDALAKE_ALERT_WEBHOOK_URL`` is set, and by e-mail (Airflow's SMTP notifier)
+when ``LAMBDALAKE_ALERT_EMAIL_TO`` is set and the Airflow connection ``lambdalake_smtp`` exists."""
 
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import urllib.request
@@ -14,6 +16,7 @@ from include.config import Settings, load_settings
 
 # Imported by DAG files at parse time: heavy imports (pyarrow, pyspark) stay inside functions.
 log = logging.getLogger("lambdalake.alerts")
+SMTP_CONN_ID = "lambdalake_smtp"
 
 
 def notify(settings: Settings, source: str, message: str, severity: str = "error", **details: Any) -> None:
@@ -38,6 +41,34 @@ def notify(settings: Settings, source: str, message: str, severity: str = "error
             urllib.request.urlopen(request, timeout=10).close()
         except OSError as exc:  # the alert is already recorded; say the webhook failed
             log.error("alert webhook %s failed: %s", settings.alert_webhook_url, exc)
+    if settings.alert_email_to:
+        _email(settings, row)
+
+
+def _email(settings: Settings, row: dict[str, Any]) -> None:
+    """Send the alert through Airflow's SMTP notifier; a failure is logged (the alert is recorded)."""
+    from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        Connection.get(SMTP_CONN_ID)
+    except AirflowNotFoundException:
+        log.error("alert e-mail to %s not sent: the Airflow connection '%s' is not defined",
+                  settings.alert_email_to, SMTP_CONN_ID)
+        return
+    notifier = SmtpNotifier(
+        to=[address.strip() for address in settings.alert_email_to.split(",") if address.strip()],
+        from_email=settings.alert_email_from or None,
+        subject=f"[lambdalake {row['severity']}] {row['source']}: {row['message']}",
+        html_content=(f"<p>{html.escape(row['message'])}</p><p>source: {html.escape(row['source'])}, "
+                      f"at {row['at']:%Y-%m-%d %H:%M:%S} UTC</p><pre>{html.escape(row['details'])}</pre>"),
+        smtp_conn_id=SMTP_CONN_ID,
+    )
+    try:
+        notifier.notify({})
+    except Exception as exc:  # noqa: BLE001 - any SMTP or connection failure: the alert is already recorded
+        log.error("alert e-mail to %s failed: %s", settings.alert_email_to, exc)
 
 
 async def deadline_missed(context: dict, **kwargs: Any) -> None:
