@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 from include import tables
 from include.config import Settings
-from include.lakehouse import open_store
+from include.lakehouse import all_tables, open_store
 from include.schemas import TOPIC_NAMES
 
 log = logging.getLogger(__name__)
@@ -21,10 +20,6 @@ VACUUM_RETENTION_HOURS = 168
 FEED_RETENTION_SECONDS = 24 * 3600
 # Tables clustered by the column their readers filter on.
 ZORDER = {tables.silver(topic): ["event_time"] for topic in TOPIC_NAMES}
-
-
-def all_tables(lakehouse: Path) -> list[str]:
-    return sorted(str(log_dir.parent.relative_to(lakehouse)) for log_dir in lakehouse.rglob("_delta_log"))
 
 
 def compact_and_vacuum(settings: Settings) -> list[dict]:

@@ -16,6 +16,7 @@ from batch_layer.recompute import recompute_day
 from include import tables
 from include.accounting import ingest_totals
 from include.config import Settings
+from include.progress import Progress
 from include.lakehouse import LakehouseError, LakehouseStore, open_store
 from include.registry import input_topics
 from include.views import CONSISTENT_METRICS, VIEWS
@@ -33,18 +34,33 @@ def require_bronze(store: LakehouseStore, settings: Settings) -> None:
         raise LakehouseError(f"no Bronze data in {settings.lakehouse_dir}: run `lambdalake stream` first")
 
 
-def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None) -> list[dict]:
+def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None,
+              show_progress: bool = False) -> list[dict]:
     """Rebuild ``day``'s batch views from Bronze, reconcile them with the speed views and mark
-    the day batch-covered. Idempotent. Returns the reconciliation rows."""
+    the day batch-covered. Idempotent. Returns the reconciliation rows. ``show_progress``: each
+    step on stderr as it starts."""
+    steps = Progress(f"batch {day}", 4, "steps") if show_progress else None
+
+    def starting(number: int, what: str) -> None:
+        if steps:
+            steps.update(number, what, force=True)
+
     store = store or open_store(settings)
     require_bronze(store, settings)
+    starting(0, "recomputing the views from Bronze")
     fingerprint = bronze_fingerprint(store, settings, day)  # before reading: later arrivals make it stale
     written = recompute_day(store, settings, day)
     log.info("batch %s: views rebuilt %s", day, written)
+    starting(1, "reconciling with the speed views")
     reconciliation = reconcile_day(store, day)
+    starting(2, "checking data quality")
     check_data_quality(settings, day, store)
+    starting(3, "marking the day batch-covered")
     mark_covered(store, day, fingerprint)
     log.info("batch %s: covered", day)
+    if steps:
+        steps.update(4, "done")
+        steps.close()
     return reconciliation
 
 

@@ -113,7 +113,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from speed_layer.runner import StreamFailed, run_stream
 
     try:
-        store = run_stream(settings, available_now=args.available_now)
+        store = run_stream(settings, available_now=args.available_now, show_progress=args.available_now)
     except StreamFailed as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return RUNTIME_FAILURE
@@ -131,16 +131,43 @@ def parse_day(text: str) -> date:
 def cmd_batch(args: argparse.Namespace, settings: Settings) -> int:
     from batch_layer.nightly import run_batch
 
-    rows = run_batch(settings, args.date)
+    rows = run_batch(settings, args.date, show_progress=True)
     print(format_rows(rows, args.format))
     return 0
+
+
+def parse_as_of(text: str) -> int | datetime:
+    """A Delta version number or an ISO-8601 time."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return parse_instant(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a version number or an ISO-8601 time like 2026-11-21T10:00:00Z, got '{text}'") from None
 
 
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     from serving.engine import ServingEngine
 
-    engine = ServingEngine(settings, query_timeout=settings.query_timeout.total_seconds())
+    engine = ServingEngine(settings, query_timeout=settings.query_timeout.total_seconds(), as_of=args.as_of)
     print(format_rows(engine.rows(args.sql), args.format))
+    return 0
+
+
+def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
+    from serving.history import table_history
+
+    print(format_rows(table_history(settings, args.table, args.limit), args.format))
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
+    from batch_layer.maintenance import checkpoint_hygiene, compact_and_vacuum
+
+    rows = [{"step": "compact, vacuum", **table} for table in compact_and_vacuum(settings)]
+    rows += [{"step": "checkpoint hygiene", "table": kind, "files_added": 0, "files_removed": n, "vacuumed": None}
+             for kind, n in checkpoint_hygiene(settings).items()]
+    print(format_rows(rows, args.format))
     return 0
 
 
@@ -156,9 +183,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from serving.status import view_status
+    from serving.status import status_summary, view_status
 
-    print(format_rows(view_status(settings), args.format))
+    rows = view_status(settings)
+    print(format_rows(rows, args.format) if args.verbose or args.format != "table" else status_summary(rows))
     return 0
 
 
@@ -193,12 +221,16 @@ def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
+    common.add_argument("--verbose", action="store_true",
+                        help="show Spark's own output and progress logs (else in <home>/run/spark.log); status: every column")
+    printing = OneLineParser(add_help=False)  # the commands that print data
+    printing.add_argument("--format", choices=FORMATS, default="table")
 
     parser = OneLineParser(prog="lambdalake", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     gen = commands.add_parser(
-        "generate", parents=[common], help="land synthetic events and their ground truth",
+        "generate", parents=[common, printing], help="land synthetic events and their ground truth",
         description="Write synthetic events for all topics into the landing zone (in arrival "
         "order) and a ground-truth ledger into truth/<run id>/.",
     )
@@ -217,11 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--follow", action="store_true", help="keep landing live traffic (event time ≈ now)")
     gen.add_argument("--flush-seconds", type=positive(float), default=1.0, help="with --follow: file cadence")
     gen.add_argument("--duration", type=positive(float), help="with --follow: stop after this many seconds")
-    gen.add_argument("--format", choices=FORMATS, default="table")
     gen.set_defaults(handler=cmd_generate)
 
     stream = commands.add_parser(
-        "stream", parents=[common], help="run the speed layer",
+        "stream", parents=[common, printing], help="run the speed layer",
         description="Run the speed layer: ingest (Bronze, Silver, DLQ, late_events) and the "
         "streaming Gold views. SIGTERM/SIGINT stop it after the current micro-batch.",
     )
@@ -230,29 +261,46 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--trigger-interval", help="micro-batch interval when running continuously (default 5s)")
     stream.add_argument("--max-files-per-trigger", type=positive(int), help="landing files per topic per micro-batch")
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
-    stream.add_argument("--format", choices=FORMATS, default="table")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(
-        "batch", parents=[common], help="nightly batch for one event-time day",
+        "batch", parents=[common, printing], help="nightly batch for one event-time day",
         description="Recompute every batch view of the day from Bronze, reconcile with the speed "
         "views, and mark the day batch-covered. Idempotent: rerun to restate a stale day.",
     )
     batch.add_argument("--date", type=parse_day, required=True, help="event-time day, YYYY-MM-DD (UTC)")
-    batch.add_argument("--format", choices=FORMATS, default="table")
     batch.set_defaults(handler=cmd_batch)
 
     query = commands.add_parser(
-        "query", parents=[common], help="read-only SQL over the merged views",
+        "query", parents=[common, printing], help="read-only SQL over the merged views",
         description="Run one SELECT/WITH query over the merged views and operational tables "
         "(see README: Serving).",
     )
     query.add_argument("sql", help="one SELECT or WITH statement")
-    query.add_argument("--format", choices=FORMATS, default="table")
+    query.add_argument("--as-of", type=parse_as_of, metavar="VERSION|TIME",
+                       help="the lake as it was: at an ISO-8601 time (every table), or every table at a Delta "
+                       "version (for a query over one table; see `lambdalake history`)")
     query.set_defaults(handler=cmd_query)
 
-    status = commands.add_parser("status", parents=[common], help="stream health, coverage, freshness")
-    status.add_argument("--format", choices=FORMATS, default="table")
+    history = commands.add_parser(
+        "history", parents=[common, printing], help="a Delta table's versions (for query --as-of)",
+        description="List a lakehouse table's versions, newest first: when, which operation, rows after it.",
+    )
+    history.add_argument("table", help="lakehouse table, e.g. speed/order_payments, batch/revenue_by_category_5m, dlq")
+    history.add_argument("--limit", type=positive(int), default=20, help="newest versions to list (default 20)")
+    history.set_defaults(handler=cmd_history)
+
+    maintain = commands.add_parser(
+        "maintain", parents=[common, printing], help="compaction, vacuum, checkpoint hygiene (the lakehouse_maintenance DAG)",
+        description="Run what the lakehouse_maintenance DAG runs: compact every table (Silver z-ordered by "
+        "event time), vacuum files older than a week, remove consumed feed files and abandoned temporary files.",
+    )
+    maintain.set_defaults(handler=cmd_maintain)
+
+    status = commands.add_parser(
+        "status", parents=[common, printing], help="stream health, coverage, freshness",
+        description="A short summary: the stream, one line per view (freshness, batch coverage, stale days), "
+        "the latest alert. --verbose or --format json|csv: every detail (table versions, times).")
     status.set_defaults(handler=cmd_status)
 
     serve = commands.add_parser(
@@ -282,10 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
     overrides = {
         "home": args.home,
+        "log_level": "INFO" if args.verbose else None,
         "trigger_interval": getattr(args, "trigger_interval", None),
         "max_files_per_trigger": getattr(args, "max_files_per_trigger", None),
         "event_source": getattr(args, "source", None),
@@ -294,6 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         settings = load_settings(**overrides)
+        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("py4j").setLevel(logging.WARNING)
         return args.handler(args, settings)
     except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)

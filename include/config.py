@@ -85,10 +85,16 @@ class Settings(BaseSettings):
     # Orchestration.
     batch_start_date: date = Field(default=date(2026, 11, 1), description="first day the nightly DAG runs for")
     alert_webhook_url: str = ""
+    # Alerts by e-mail, through the Airflow connection `lambdalake_smtp` when it is defined.
+    alert_email_to: str = Field(default="", description="comma-separated recipients")
+    alert_email_from: str = Field(default="", description="sender (else the connection's from_email)")
     stall_after: timedelta = Field(default=timedelta(minutes=10))
     restart_backoff: timedelta = Field(default=timedelta(minutes=1))
     max_restarts_per_hour: int = Field(default=5, ge=1)
     freshness_sla: timedelta = Field(default=timedelta(minutes=30))
+    # What the command line shows: at WARNING (the default) Spark's JVM output goes to
+    # run/spark.log instead of the terminal; INFO (--verbose) or DEBUG shows it.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     # Serving.
     serve_token: SecretStr = Field(default=SecretStr(""), description="bearer token of `lambdalake serve` (else generated)")
     query_timeout: timedelta = Field(default=timedelta(seconds=30), description="a serving query is cancelled past it")

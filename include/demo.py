@@ -60,7 +60,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     spark = get_spark(settings, app_name="lambdalake-demo")
     spark.sparkContext.setLogLevel("ERROR")
     store = open_store(settings, spark)
-    run_stream(settings, available_now=True)
+    run_stream(settings, available_now=True, show_progress=True)
     totals = ingest_totals(store)
     print(format_rows(totals, "table"))
     print("Every landed line is in Bronze; Bronze = Silver + DLQ + duplicates removed, per topic.")
@@ -77,7 +77,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     show(engine, "SELECT status, count(*) AS orders, source FROM order_payments GROUP BY status, source ORDER BY status")
 
     say(f"3/5 Nightly batch: `lambdalake batch --date {day}` recomputes exact views from Bronze")
-    reconciliation = run_batch(settings, day, store)
+    reconciliation = run_batch(settings, day, store, show_progress=True)
 
     engine = ServingEngine(settings)
     say("4/5 Reconciliation: speed vs batch for the day")

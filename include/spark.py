@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,6 +112,27 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
             # Keep tables readable by delta-rs and older readers.
             .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
         )
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # Only a JVM this process starts can be quieted; under spark-submit its output is the job log.
+    quiet = settings.log_level in ("WARNING", "ERROR") and "PYSPARK_GATEWAY_PORT" not in os.environ
+    with _stderr_to(settings.run_dir / "spark.log") if quiet else nullcontext():
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
     return spark
+
+
+@contextmanager
+def _stderr_to(log: Path) -> Iterator[None]:
+    """Point file descriptor 2 at ``log`` while the JVM starts: the JVM keeps it as its stderr
+    (start-up warnings, log4j's console), this process gets its own back."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
@@ -110,9 +111,14 @@ class ServingEngine:
     :meth:`refresh` commits, and one query can be cancelled without touching the others.
     """
 
-    def __init__(self, settings: Settings, query_timeout: float | None = None) -> None:
+    def __init__(self, settings: Settings, query_timeout: float | None = None,
+                 as_of: int | datetime | None = None) -> None:
+        """``as_of``: serve the lake as it was: a time (every table at its last version committed
+        by then; a table created later is empty) or a version number (every table at that
+        version, or its latest when it has fewer). Such an engine never refreshes."""
         self.settings = settings
         self.query_timeout = query_timeout
+        self.as_of = as_of
         self.connection = duckdb.connect(":memory:")
         self.connection.execute("SET GLOBAL TimeZone = 'UTC'")  # global: each query's cursor is a new session
         self.connection.execute(f"CREATE SCHEMA {LOADED}")
@@ -131,7 +137,16 @@ class ServingEngine:
     # ---- keeping the copies current ----------------------------------------------------------
     def _open(self, relation: str) -> DeltaTable | None:
         path = str(self.settings.lakehouse_dir / SOURCES[relation][0])
-        return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+        if not DeltaTable.is_deltatable(path):
+            return None
+        table = DeltaTable(path)
+        if isinstance(self.as_of, int):
+            table.load_as_version(min(self.as_of, table.version()))
+        elif isinstance(self.as_of, datetime):
+            table.load_as_version(self.as_of)  # before the first commit this gives version 0
+            if table.version() == 0 and _committed_at(table.history()[-1]) > self.as_of:
+                return None
+        return table
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -169,6 +184,8 @@ class ServingEngine:
         """Serve the latest committed version of every table; only a table whose version changed
         (or that appeared) is touched, and all of them change in one commit (or, on an error,
         none, and the next refresh tries again). Returns the relations that changed."""
+        if self.as_of is not None:
+            return []
         with self._lock:
             changed: dict[str, DeltaTable] = {}
             for relation, snapshot in self._snapshots.items():
@@ -225,6 +242,10 @@ class ServingEngine:
     def rows(self, sql: str) -> list[dict[str, Any]]:
         columns, rows = self.query(sql)
         return [dict(zip(columns, row)) for row in rows]
+
+
+def _committed_at(commit: dict[str, Any]) -> datetime:
+    return datetime.fromtimestamp(commit["timestamp"] / 1000, timezone.utc)
 
 
 def _first_line(error: Exception) -> str:

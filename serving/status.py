@@ -64,3 +64,44 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
             }
         )
     return rows
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never"
+    seconds = max(0.0, (now - moment).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%MZ")
+
+
+def status_summary(rows: list[dict[str, Any]]) -> str:
+    """What a person needs from ``status``: the stream, one line per view, the latest alert."""
+    from include.output import format_rows
+
+    if not rows:
+        return "(no views)"
+    first, now = rows[0], rows[0]["checked_at"]
+    stream = f"stream: {first['stream_state']}"
+    if first["heartbeat_at"]:
+        stream += f" (heartbeat {_ago(first['heartbeat_at'], now)})"
+    if first["supervisor_at"]:
+        stream += f"; supervisor {_ago(first['supervisor_at'], now)}: {first['supervisor_decision']}"
+    views = []
+    for row in rows:
+        covered = [day for day in row["batch_covered_days"].split(", ") if day]
+        newest = row["speed_max_event_time"]
+        views.append({
+            "view": row["view"],
+            "newest event (speed)": f"{_utc(newest)} ({_ago(newest, now)})" if newest else "none yet",
+            "batch-covered days": f"{len(covered)} (last {covered[-1]})" if covered else "none",
+            "stale days": row["stale_days"] or "none",
+        })
+    alert = (f"last alert: {_utc(first['last_alert_at'])} ({_ago(first['last_alert_at'], now)}): {first['last_alert']}"
+             if first["last_alert_at"] else "alerts: none")
+    return "\n".join([stream, "", format_rows(views, "table"), "", alert])

@@ -41,6 +41,7 @@ class StreamMetrics(StreamingQueryListener):
         self._rows: list[dict[str, Any]] = []
         self.queries: dict[str, dict[str, Any]] = {}
         self._names: dict[str, str] = {}
+        self._input_rows: dict[str, int] = {}  # per query, since this runner started
         store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA)
 
     # ---- listener callbacks (Spark's listener thread) --------------------------------------
@@ -73,6 +74,7 @@ class StreamMetrics(StreamingQueryListener):
             )
             entry = self.queries.setdefault(progress.name, {"status": "running"})
             entry.update(batch_id=progress.batchId, last_progress_at=now.isoformat(), input_rows=progress.numInputRows)
+            self._input_rows[progress.name] = self._input_rows.get(progress.name, 0) + progress.numInputRows
             if progress.numInputRows:
                 entry["last_input_at"] = now.isoformat()
 
@@ -87,6 +89,11 @@ class StreamMetrics(StreamingQueryListener):
             entry.update(status="failed" if event.exception else "stopped", exception=event.exception)
 
     # ---- runner side ----------------------------------------------------------------------
+    def input_rows(self, query: str) -> int:
+        """Rows the query has read since this runner started."""
+        with self._lock:
+            return self._input_rows.get(query, 0)
+
     def flush(self) -> int:
         """Commit buffered metric rows; returns how many."""
         with self._lock:

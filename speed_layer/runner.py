@@ -23,6 +23,7 @@ from include.spark import get_spark
 from speed_layer import bronze, ingest
 from speed_layer.gold import gold_writers
 from speed_layer.metrics import StreamMetrics
+from speed_layer.progress import StreamProgress
 from speed_layer.sources import open_source
 
 if TYPE_CHECKING:
@@ -80,8 +81,10 @@ def _stop_gracefully(queries: list[StreamingQuery]) -> None:
         query.stop()
 
 
-def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: threading.Event) -> None:
-    """Wait until the queries end (or ``stop``), keeping metrics and the heartbeat fresh."""
+def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: threading.Event,
+               tick: Callable[[], None] | None = None) -> None:
+    """Wait until the queries end (or ``stop``), keeping metrics, the heartbeat and ``tick``
+    (progress) fresh."""
     stopped_by_us = False
     try:
         while any(query.isActive for query in queries):
@@ -92,6 +95,8 @@ def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: thre
                 break
             metrics.flush()
             metrics.write_heartbeat("running")
+            if tick:
+                tick()
             stop.wait(HEARTBEAT_SECONDS)
     finally:
         for query in queries:
@@ -119,8 +124,10 @@ def run_stream(
     available_now: bool = False,
     stop: threading.Event | None = None,
     on_started: Callable[[], None] | None = None,
+    show_progress: bool = False,
 ) -> LakehouseStore:
-    """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`."""
+    """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`.
+    ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -137,7 +144,13 @@ def run_stream(
         if on_started:
             on_started()
         if available_now:
-            _supervise([_start(settings, w, name, True) for name, w in ingesting.items()], metrics, stop)
+            progress = StreamProgress(settings, metrics) if show_progress else None
+            try:
+                _supervise([_start(settings, w, name, True) for name, w in ingesting.items()], metrics, stop,
+                           progress.tick if progress else None)
+            finally:
+                if progress:
+                    progress.close()
             if not stop.is_set():
                 _supervise([_start(settings, w, name, True) for name, w in gold.items()], metrics, stop)
         else:

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from tqdm import tqdm
 
+from include.progress import Progress
 from include.config import Settings
 from include.generator.landing import LandingZone
 from include.generator.simulation import Line, Simulator, TrafficOptions
@@ -74,10 +74,13 @@ def generate(
             f"{len(clashes)} landing files of this run already exist (e.g. {clashes[0]}); "
             "use another --seed or a fresh --home"
         )
-    # tqdm's disable=None hides the bar when stderr is not a terminal.
-    disable = None if progress is None else not progress
-    for key in tqdm(sorted(files), desc="landing files", unit="file", disable=disable):
+    bar = Progress("landing", len(files), "files") if progress is not False else None
+    for done, key in enumerate(sorted(files), start=1):
         landing.write(key[1], names[key], (line.text for line in files[key]))
+        if bar:
+            bar.update(done)
+    if bar:
+        bar.close()
 
     run_id = f"{start:%Y%m%dT%H%M%SZ}-{hours:g}h-s{seed}"
     parameters = {

@@ -16,7 +16,14 @@ from include.lakehouse.base import (
 from include.spark import delta_spark_unavailable_reason, resolve_engine
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pyspark.sql import SparkSession
+
+
+def all_tables(lakehouse: Path) -> list[str]:
+    """Every Delta table under ``lakehouse``, by name (``speed/order_payments``)."""
+    return sorted(str(log_dir.parent.relative_to(lakehouse)) for log_dir in lakehouse.rglob("_delta_log"))
 
 
 def open_store(settings: Settings, spark: SparkSession | None = None, engine: str | None = None) -> LakehouseStore:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 from deltalake import DeltaTable
 
-from batch_layer.maintenance import all_tables, checkpoint_hygiene, compact_and_vacuum
+from batch_layer.maintenance import checkpoint_hygiene
+from include.lakehouse import all_tables
 from include.views import VIEWS_BY_NAME
 from include.lakehouse import open_store
 
@@ -24,8 +29,11 @@ def test_compaction_and_vacuum_keep_every_row(spark, settings):
         store.append(REVENUE.speed_table, spark.createDataFrame([row], REVENUE.schema))
     before = sorted(store.read(REVENUE.speed_table).collect())
     assert all_tables(settings.lakehouse_dir) == [REVENUE.speed_table]
-    (result,) = compact_and_vacuum(settings)
-    assert result["files_removed"] == 5 and result["files_added"] == 1
+    maintain = subprocess.run([Path(sys.executable).parent / "lambdalake", "maintain", "--home", settings.home, "--format", "json"],
+                              capture_output=True, text=True, check=True)  # what the lakehouse_maintenance DAG runs
+    result, *hygiene = json.loads(maintain.stdout)
+    assert result["table"] == REVENUE.speed_table and result["files_removed"] == 5 and result["files_added"] == 1
+    assert {row["table"] for row in hygiene} == {"feed_files", "temporary_files"}
     assert len(DeltaTable(store.path(REVENUE.speed_table)).file_uris()) == 1
     assert sorted(store.read(REVENUE.speed_table).collect()) == before
     assert result["vacuumed"] == 0  # the replaced files are younger than the 7-day retention

@@ -189,3 +189,38 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     assert revenue["speed_version"] == 1 and revenue["batch_version"] == 1
     assert revenue["speed_max_event_time"] == "2026-11-21T10:05:00Z"
     assert revenue["stream_state"] == "never started"
+
+    summary = subprocess.run([lambdalake, "status", "--home", settings.home], capture_output=True, text=True, check=True)
+    lines = summary.stdout.splitlines()
+    assert lines[0] == "stream: never started" and lines[-1] == "alerts: none"
+    assert any(line.startswith("revenue_by_category_5m  2026-11-21 10:05Z (") and "1 (last 2026-11-20)" in line
+               for line in lines)
+    assert max(map(len, lines)) <= 100  # fits a terminal
+
+
+def test_history_and_query_as_of_a_version_or_a_time(lake):
+    settings, store = lake
+    lambdalake = Path(sys.executable).parent / "lambdalake"
+    sql = "SELECT revenue FROM revenue_by_category_5m ORDER BY revenue"
+    between = datetime.now(timezone.utc)
+    time.sleep(0.05)
+    store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, 9.0)], REVENUE.schema))
+
+    def query(*options):
+        result = subprocess.run([lambdalake, "query", "--home", settings.home, sql, "--format", "json", *options],
+                                capture_output=True, text=True, check=True)
+        return [row["revenue"] for row in json.loads(result.stdout)]
+
+    assert query() == [1.0, 2.0, 9.0]
+    assert query("--as-of", "1") == [1.0, 2.0]
+    assert query("--as-of", between.isoformat()) == [1.0, 2.0]
+    assert query("--as-of", "2026-01-01T00:00:00Z") == []  # before the tables existed
+
+    result = subprocess.run([lambdalake, "history", REVENUE.speed_table, "--home", settings.home, "--format", "json"],
+                            capture_output=True, text=True, check=True)
+    history = json.loads(result.stdout)
+    assert [(v["version"], v["rows"], v["files"]) for v in history] == [(2, 3, 3), (1, 2, 2), (0, 0, 0)]
+    assert history[0]["operation"] and history[0]["committed_at"] > between.isoformat()[:19]
+
+    unknown = subprocess.run([lambdalake, "history", "speed/nope", "--home", settings.home], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "no Delta table 'speed/nope'" in unknown.stderr and REVENUE.speed_table in unknown.stderr
