@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.lambdalake/demo
 PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
-.PHONY: install run test lock clean up down
+.PHONY: install run test lock clean up down cluster-up cluster-down
 
 install: $(STAMP)
 
@@ -31,6 +31,17 @@ up: install
 
 down: install
 	$(BIN)/lambdalake down --home $(PLATFORM_HOME)
+
+# The cluster deployment (docker-compose.yml): Kafka, Spark master + worker, Airflow on Postgres.
+COMPOSE ?= $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+
+cluster-up:
+	@test -f .env || { echo "cluster-up: copy .env.example to .env and set its secrets first"; exit 1; }
+	$(COMPOSE) up --build --detach
+	@echo "Airflow: http://localhost:8080  Spark master: http://localhost:8081  Dashboard: http://localhost:8090/#token=<LAMBDALAKE_SERVE_TOKEN>"
+
+cluster-down:
+	$(COMPOSE) down
 
 lock: install
 	$(BIN)/uv pip compile requirements/requirements.in --python-version 3.11 -o requirements/lock.txt

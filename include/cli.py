@@ -73,6 +73,10 @@ def positive(kind: type) -> Any:
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from include.generator import TrafficOptions, follow, generate
 
+    if args.bootstrap_servers:
+        settings = settings.model_copy(update={"kafka_bootstrap_servers": args.bootstrap_servers})
+    target = f"Kafka at {settings.kafka_bootstrap_servers}" if args.sink == "kafka" else str(settings.landing_dir)
+
     options = TrafficOptions(
         orders_per_hour=args.orders_per_hour,
         late_fraction=args.late_fraction,
@@ -84,14 +88,14 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
         watermark_delay=settings.watermark_delay,
     )
     if args.follow:
-        print(f"landing live traffic into {settings.landing_dir} (Ctrl-C to stop)", file=sys.stderr)
-        counts = follow(settings, options, args.seed, args.flush_seconds, args.duration)
+        print(f"landing live traffic into {target} (Ctrl-C to stop)", file=sys.stderr)
+        counts = follow(settings, options, args.seed, args.flush_seconds, args.duration, sink=args.sink)
         print(format_rows([{"kind": kind, "lines": n} for kind, n in sorted(counts.items())], args.format))
         return 0
     start = args.start or datetime.combine(
         datetime.now(timezone.utc).date() - timedelta(days=1), time(), timezone.utc
     )
-    result = generate(settings, start, args.hours, options, args.seed, args.file_minutes)
+    result = generate(settings, start, args.hours, options, args.seed, args.file_minutes, sink=args.sink)
     rows = [
         {"topic": topic, "files": result.ledger["files"].get(topic, 0),
          **{key: counts[key] for key in ("lines", "valid", "duplicate", "corrupt", "late")}}
@@ -101,7 +105,7 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     if args.format == "table":
         paid = result.ledger["order_payments"]
         print(
-            f"\nlanded into {settings.landing_dir}; ground truth in {result.truth_dir}\n"
+            f"\nlanded into {target}; ground truth in {result.truth_dir}\n"
             f"orders: {paid['orders']} ({paid['paid']} paid, {paid['unpaid']} unpaid, "
             f"{paid['late_paid']} paid by a late event the stream will miss)"
         )
@@ -246,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--devices", type=positive(int), default=20)
     gen.add_argument("--sensor-interval", type=positive(int), default=60, help="seconds between readings")
     gen.add_argument("--file-minutes", type=positive(int), default=5, help="minutes of arrival per file")
+    gen.add_argument("--sink", choices=("landing", "kafka"), default="landing",
+                     help="landing zone files (default) or Kafka topics (cluster deployment)")
+    gen.add_argument("--bootstrap-servers", help="with --sink kafka (default: $LAMBDALAKE_KAFKA_BOOTSTRAP_SERVERS)")
     gen.add_argument("--follow", action="store_true", help="keep landing live traffic (event time ≈ now)")
     gen.add_argument("--flush-seconds", type=positive(float), default=1.0, help="with --follow: file cadence")
     gen.add_argument("--duration", type=positive(float), help="with --follow: stop after this many seconds")

@@ -78,6 +78,7 @@ class Settings(BaseSettings):
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     trigger_interval: timedelta = Field(default=timedelta(seconds=5))
     kafka_bootstrap_servers: str = "localhost:9092"
+    kafka_partitions: int = Field(default=3, ge=1, description="partitions of a topic the generator creates")
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # A copy of an event (same id) ingested within this long after the first is a duplicate.

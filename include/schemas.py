@@ -90,16 +90,18 @@ class Topic:
     schema: StructType
     # Fields whose values, joined by '|', form the event id used in late_events and dedup.
     id_fields: tuple[str, ...]
+    # The entity whose events must stay in order: the Kafka record key (one partition per key).
+    entity_field: str
 
 
 TOPICS: dict[str, Topic] = {
     topic.name: topic
     for topic in (
-        Topic("clicks", CLICKS_SCHEMA, ("event_id",)),
-        Topic("orders", ORDERS_SCHEMA, ("order_id",)),
-        Topic("payments", PAYMENTS_SCHEMA, ("payment_id",)),
-        Topic("customers_cdc", CUSTOMERS_CDC_SCHEMA, ("customer_id", "ts_ms")),
-        Topic("sensors", SENSORS_SCHEMA, ("device_id", "event_time")),
+        Topic("clicks", CLICKS_SCHEMA, ("event_id",), "user_id"),
+        Topic("orders", ORDERS_SCHEMA, ("order_id",), "order_id"),
+        Topic("payments", PAYMENTS_SCHEMA, ("payment_id",), "order_id"),  # with its order's key
+        Topic("customers_cdc", CUSTOMERS_CDC_SCHEMA, ("customer_id", "ts_ms"), "customer_id"),
+        Topic("sensors", SENSORS_SCHEMA, ("device_id", "event_time"), "device_id"),
     )
 }
 TOPIC_NAMES = tuple(TOPICS)

@@ -61,7 +61,7 @@ def kafka_source(spark: SparkSession, settings: Settings, topics: Sequence[str] 
 
 
 def _kafka_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    return (
+    return kafka_raw(
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
         .option("subscribe", topic)
@@ -69,12 +69,17 @@ def _kafka_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFra
         .option("failOnDataLoss", "true")
         .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
         .load()
-        .select(
-            "topic",
-            "value",
-            F.format_string("%s/%d/%d", "topic", "partition", "offset").alias("source"),
-            F.col("timestamp").alias("arrived_at"),
-        )
+    )
+
+
+def kafka_raw(records: DataFrame) -> DataFrame:
+    """Kafka source rows (``topic``, ``partition``, ``offset``, ``value``, ``timestamp``, …) in the
+    raw shape; a record's source is ``topic/partition/offset``, its arrival the broker timestamp."""
+    return records.select(
+        "topic",
+        "value",
+        F.format_string("%s/%d/%d", "topic", "partition", "offset").alias("source"),
+        F.col("timestamp").alias("arrived_at"),
     )
 
 

@@ -1,4 +1,4 @@
-"""The event generator: synthetic traffic into the landing zone, plus its ground truth."""
+"""The event generator: synthetic traffic into the landing zone (or Kafka), plus its ground truth."""
 
 from __future__ import annotations
 
@@ -16,10 +16,23 @@ from pathlib import Path
 from include.progress import Progress
 from include.config import Settings
 from include.generator.landing import LandingZone
+from include.generator.kafka import KafkaSink
 from include.generator.simulation import Line, Simulator, TrafficOptions
 from include.generator.truth import write_truth
 
 FOLLOW_CHUNK = timedelta(minutes=1)
+
+
+SINKS = ("landing", "kafka")
+
+
+def open_sink(settings: Settings, sink: str) -> LandingZone | KafkaSink:
+    """Where lines go: the landing zone (embedded) or Kafka's topics (cluster deployment)."""
+    if sink == "kafka":
+        return KafkaSink(settings.kafka_bootstrap_servers, settings.kafka_partitions)
+    if sink == "landing":
+        return LandingZone(settings.landing_dir)
+    raise ValueError(f"unknown sink '{sink}': expected one of {', '.join(SINKS)}")
 
 
 @dataclass(frozen=True)
@@ -47,11 +60,14 @@ def generate(
     seed: int,
     file_minutes: int = 5,
     progress: bool | None = None,
+    sink: str = "landing",
 ) -> GenerationResult:
     """Land ``hours`` of traffic starting at ``start`` and write its ground truth.
 
     Files are named by arrival window and seed, so the same seed gives the same files; an
-    existing file is never overwritten (nothing is written at all in that case).
+    existing file is never overwritten (nothing is written at all in that case). With
+    ``sink="kafka"`` the same lines go, file by file in the same order, to Kafka, which appends:
+    producing a seed twice sends its events twice (the stream drops the copies as duplicates).
     """
     if start.tzinfo is None:
         raise ValueError(f"start must carry a time zone, got '{start.isoformat()}'")
@@ -64,21 +80,23 @@ def generate(
     events, lines = Simulator(options, seed).lines(start, end)
     files = _group_into_files(lines, start, file_minutes)
 
-    landing = LandingZone(settings.landing_dir)
     names = {
         key: f"{start + timedelta(minutes=key[0] * file_minutes):%Y%m%dT%H%M%SZ}-s{seed}" for key in files
     }
-    clashes = [path for (_, topic), name in names.items() if (path := landing.path(topic, name)).exists()]
-    if clashes:
-        raise FileExistsError(
-            f"{len(clashes)} landing files of this run already exist (e.g. {clashes[0]}); "
-            "use another --seed or a fresh --home"
-        )
-    bar = Progress("landing", len(files), "files") if progress is not False else None
+    output = open_sink(settings, sink)
+    if isinstance(output, LandingZone):
+        clashes = [path for (_, topic), name in names.items() if (path := output.path(topic, name)).exists()]
+        if clashes:
+            raise FileExistsError(
+                f"{len(clashes)} landing files of this run already exist (e.g. {clashes[0]}); "
+                "use another --seed or a fresh --home"
+            )
+    bar = Progress(sink, len(files), "files") if progress is not False else None
     for done, key in enumerate(sorted(files), start=1):
-        landing.write(key[1], names[key], (line.text for line in files[key]))
+        output.write(key[1], names[key], (line.text for line in files[key]))
         if bar:
             bar.update(done)
+    output.flush()
     if bar:
         bar.close()
 
@@ -89,6 +107,7 @@ def generate(
         "hours": hours,
         "seed": seed,
         "file_minutes": file_minutes,
+        "sink": sink,
         **{key: (str(value) if isinstance(value, timedelta) else value) for key, value in asdict(options).items()},
         "join_window": str(settings.join_window),
     }
@@ -105,6 +124,7 @@ def follow(
     flush_seconds: float = 1.0,
     duration_seconds: float | None = None,
     stop: threading.Event | None = None,
+    sink: str = "landing",
 ) -> Counter:
     """Keep landing traffic with event time ≈ now until stopped (SIGINT/SIGTERM, ``stop`` or
     ``duration_seconds``). Every ``flush_seconds`` the lines that have arrived are written, one
@@ -117,14 +137,14 @@ def follow(
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous_handlers[signum] = signal.signal(signum, lambda *_: stop.set())
     try:
-        return _land_live(settings, options, seed, flush_seconds, duration_seconds, stop)
+        return _land_live(open_sink(settings, sink), options, seed, flush_seconds, duration_seconds, stop)
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
 
 
 def _land_live(
-    settings: Settings,
+    output: LandingZone | KafkaSink,
     options: TrafficOptions,
     seed: int,
     flush_seconds: float,
@@ -132,7 +152,6 @@ def _land_live(
     stop: threading.Event,
 ) -> Counter:
     simulator = Simulator(options, seed)
-    landing = LandingZone(settings.landing_dir)
     pending: list[tuple[datetime, int, Line]] = []
     order = itertools.count()
     counts: Counter = Counter()
@@ -153,9 +172,10 @@ def _land_live(
             due[line.topic].append(line)
             counts[line.kind.split(":")[0]] += 1
         for topic, lines in sorted(due.items()):
-            landing.write(topic, f"{now:%Y%m%dT%H%M%S%fZ}-s{seed}-live", (line.text for line in lines))
+            output.write(topic, f"{now:%Y%m%dT%H%M%S%fZ}-s{seed}-live", (line.text for line in lines))
+        output.flush()
         stop.wait(flush_seconds)
     return counts
 
 
-__all__ = ["GenerationResult", "TrafficOptions", "follow", "generate"]
+__all__ = ["SINKS", "GenerationResult", "TrafficOptions", "follow", "generate", "open_sink"]
