@@ -117,7 +117,7 @@ def test_every_variable_is_one_its_reader_knows(services):
                     section, option = key.removeprefix("AIRFLOW__").lower().split("__")
                     assert option in airflow_options[section]["options"], f"{name}: {key}"
                 elif key.startswith("AIRFLOW_CONN_"):
-                    assert key.removeprefix("AIRFLOW_CONN_").lower() == CONN_ID, f"{name}: {key}"
+                    assert key.removeprefix("AIRFLOW_CONN_").lower() in (CONN_ID, "spark_default"), f"{name}: {key}"
                 else:
                     assert key in COMMAND_VARIABLES, f"{name}: {key}"
             else:
@@ -166,9 +166,10 @@ def test_airflow_runs_the_dags_of_this_project_on_the_cluster_master(services, m
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == f"{workdir}/dags" and re.search(r"^COPY dags dags$", dockerfile, flags=re.M)
 
     # What the nightly DAG's spark-submit resolves from the connection is the stream's master.
-    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", env[f"AIRFLOW_CONN_{CONN_ID.upper()}"])
-    master = SparkSubmitHook(conn_id=CONN_ID)._connection["master"]
-    assert master == env["LAMBDALAKE_SPARK_MASTER"] and MASTER.fullmatch(master)
+    for conn_id in (CONN_ID, "spark_default"):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", env[f"AIRFLOW_CONN_{conn_id.upper()}"])
+        master = SparkSubmitHook(conn_id=conn_id)._connection["master"]
+        assert master == env["LAMBDALAKE_SPARK_MASTER"] and MASTER.fullmatch(master), conn_id
     command = services["spark-master"]["command"]
     host, port = command[command.index("--host") + 1], command[command.index("--port") + 1]
     assert master == f"spark://{host}:{port}" == services["spark-worker"]["command"][2]
@@ -187,8 +188,11 @@ def test_kafka_topics_and_bootstrap_servers_agree_with_the_code(services):
         assert environment(services[name])["LAMBDALAKE_EVENT_SOURCE"] == "kafka"
     assert kafka["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"  # so the topics are the ones created below
     script = services["kafka-topics"]["command"][0]
-    topics = re.search(r"for topic in ([^;]+);", script).group(1).split()
-    assert tuple(topics) == TOPIC_NAMES
+    default = re.search(r"for topic in \$\{KAFKA_TOPIC_PARTITIONS:-([^}]+)\};", script).group(1)
+    example = re.search(r"^KAFKA_TOPIC_PARTITIONS=(.+)$", (PROJECT / ".env.example").read_text(), flags=re.M).group(1)
+    for partitions in (default, example):
+        topics = dict(item.split("=") for item in partitions.split())
+        assert tuple(topics) == TOPIC_NAMES and all(int(n) >= 1 for n in topics.values())
     generator = services["generator"]["command"]
     assert generator[:4] == ["lambdalake", "generate", "--sink", "kafka"]
     assert "kafka-topics" in services["generator"]["depends_on"]
