@@ -7,6 +7,7 @@ merged exact views and the reconciliation, narrating each step.
 
 from __future__ import annotations
 
+import csv
 import logging
 import time
 from datetime import date, datetime, time as clock, timedelta, timezone
@@ -75,6 +76,13 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     show(engine, "SELECT topic, CASE WHEN reason LIKE 'bad timestamp%' THEN 'bad timestamp' ELSE reason END AS reason, "
                  "count(*) AS lines FROM dlq GROUP BY ALL ORDER BY topic, lines DESC")
     show(engine, "SELECT status, count(*) AS orders, source FROM order_payments GROUP BY status, source ORDER BY status")
+    say("Speed view traffic_by_page_10m (sliding 10-minute windows every 5 minutes), busiest pages")
+    show(engine, "SELECT page_url, sum(views) AS views, sum(clicks) AS clicks, sum(add_to_cart) AS add_to_cart, "
+                 "max(unique_users) AS peak_users_10m FROM traffic_by_page_10m GROUP BY page_url ORDER BY views DESC LIMIT 5")
+    say("Speed view device_health_5m (5-minute windows per device), hottest windows")
+    show(engine, "SELECT window_start, device_id, readings, round(avg_temperature, 2) AS avg_temperature, max_temperature, "
+                 "round(stddev_temperature, 2) AS stddev_temperature FROM device_health_5m "
+                 "ORDER BY max_temperature DESC LIMIT 5")
 
     say(f"3/5 Nightly batch: `lambdalake batch --date {day}` recomputes exact views from Bronze")
     reconciliation = run_batch(settings, day, store, show_progress=True)
@@ -90,10 +98,16 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     say("5/5 Checked against the ground truth")
     batch_revenue = engine.rows("SELECT round(sum(revenue), 2) AS r, sum(orders) AS o FROM revenue_by_category_5m")[0]
     recovered = next(r for r in reconciliation if r["metric"] == "late_matches_recovered")["batch_value"]
+    health = engine.rows("SELECT sum(readings) AS readings FROM device_health_5m")[0]
+    day_views = engine.rows(f"SELECT sum(views) AS views FROM traffic_by_page_10m WHERE CAST(window_start AS DATE) = DATE '{day}'")[0]
+    with (result.truth_dir / "traffic_by_page_10m.csv").open() as handle:
+        truth_views = sum(int(row["views"]) for row in csv.DictReader(handle) if row["window_start"].startswith(day.isoformat()))
     checks = [
         ("revenue, all days served", truth["revenue_by_category_5m"]["revenue"], batch_revenue["r"]),
         ("orders, all days served", truth["revenue_by_category_5m"]["orders"], batch_revenue["o"]),
         ("late-paid orders recovered", truth["order_payments"]["late_paid"], int(recovered)),
+        ("page views in the day's traffic windows", truth_views, day_views["views"]),
+        ("sensor readings, all days served", truth["device_health_5m"]["readings"], health["readings"]),
     ]
     print(format_rows([{"check": c, "ground_truth": t, "served": b, "equal": t == b} for c, t, b in checks], "table"))
     print(

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 REVENUE_WINDOW = "5 minutes"
+DEVICE_WINDOW = "5 minutes"
+TRAFFIC_WINDOW, TRAFFIC_SLIDE = "10 minutes", "5 minutes"
 # Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
 APPROX_DISTINCT_RSD = 0.01
 # Which copy of a duplicated event counts, in both layers: the first to arrive (then the
@@ -143,6 +145,70 @@ def late_paid_orders(speed: DataFrame, batch: DataFrame) -> DataFrame:
     )
 
 
+# ---- device_health_5m ----------------------------------------------------------------------
+def exact_sum_sql(column: str, scale: int = 2) -> str:
+    """Sum of a measurement with ``scale`` decimals as an exact decimal: the speed layer's partial
+    sums and the batch's full sum agree to the last digit in any order."""
+    return f"sum(CAST({column} AS DECIMAL(18,{scale})))"
+
+
+def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Tumbling 5-minute windows per device: readings, temperature mean/min/max/sample standard
+    deviation (null for one reading), mean humidity. Means and deviation come from exact decimal
+    sums (n, Σx, Σx²), so both layers give the same doubles."""
+    from pyspark.sql import functions as F
+
+    temperature = "CAST(temperature AS DECIMAL(18,2))"
+    return (
+        inputs["sensors"].groupBy(F.window("event_time", DEVICE_WINDOW).alias("window"), "device_id")
+        .agg(
+            F.count(F.lit(1)).alias("readings"),
+            F.expr(exact_sum_sql("temperature")).alias("_t"),
+            F.expr(f"sum({temperature} * {temperature})").alias("_t2"),
+            F.min("temperature").alias("min_temperature"),
+            F.max("temperature").alias("max_temperature"),
+            F.expr(exact_sum_sql("humidity")).alias("_h"),
+        )
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "device_id",
+            "readings",
+            F.expr("CAST(_t / readings AS DOUBLE)").alias("avg_temperature"),
+            "min_temperature",
+            "max_temperature",
+            # n·Σx² − (Σx)² is exact and never negative; one reading has no sample deviation.
+            F.expr("CASE WHEN readings > 1 THEN sqrt(CAST(readings * _t2 - _t * _t AS DOUBLE) / (readings * (readings - 1))) END")
+            .alias("stddev_temperature"),
+            F.expr("CAST(_h / readings AS DOUBLE)").alias("avg_humidity"),
+            F.to_date("window.start").alias("date"),
+        )
+    )
+
+
+# ---- traffic_by_page_10m ---------------------------------------------------------------------
+def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Sliding 10-minute windows every 5 minutes on click time (each click counts in two
+    windows): events per action and distinct users per page."""
+    from pyspark.sql import functions as F
+
+    def count_of(action: str, name: str):  # noqa: ANN202 - Column
+        return F.sum(F.when(F.col("action") == action, 1).otherwise(0)).alias(name)
+
+    users = F.count_distinct("user_id") if context.exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
+    return (
+        inputs["clicks"].groupBy(F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window"), "page_url")
+        .agg(count_of("view", "views"), count_of("click", "clicks"), count_of("add_to_cart", "add_to_cart"),
+             users.alias("unique_users"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "page_url", "views", "clicks", "add_to_cart", "unique_users",
+            F.to_date("window.start").alias("date"),
+        )
+    )
+
+
 # ---- the registry --------------------------------------------------------------------------
 VIEWS: list[ViewSpec] = [
     ViewSpec(
@@ -189,6 +255,43 @@ VIEWS: list[ViewSpec] = [
             extra_fields="speed_status string",
             rows=late_paid_orders,
         ),
+    ),
+    ViewSpec(
+        name="traffic_by_page_10m",
+        inputs=("clicks",),
+        define=traffic_by_page_10m,
+        fields="window_start timestamp, window_end timestamp, page_url string, views bigint, clicks bigint, "
+        "add_to_cart bigint, unique_users bigint, date date",
+        keys=("window_start", "page_url"),
+        key_time="window_start",
+        freshness_time="window_end",
+        speed_mode="update",
+        lookahead={"clicks": lambda settings: timedelta(minutes=10)},  # a window opening at 23:55 ends after midnight
+        metrics={
+            "rows": "count(*)",
+            "views": "sum(views)",
+            "clicks": "sum(clicks)",
+            "add_to_cart": "sum(add_to_cart)",
+            "unique_users": "sum(unique_users)",
+        },
+        drift_metrics=("rows", "views", "clicks"),
+    ),
+    ViewSpec(
+        name="device_health_5m",
+        inputs=("sensors",),
+        define=device_health_5m,
+        fields="window_start timestamp, window_end timestamp, device_id string, readings bigint, avg_temperature double, "
+        "min_temperature double, max_temperature double, stddev_temperature double, avg_humidity double, date date",
+        keys=("window_start", "device_id"),
+        key_time="window_start",
+        freshness_time="window_end",
+        speed_mode="update",
+        metrics={
+            "rows": "count(*)",
+            "readings": "sum(readings)",
+            "max_temperature": "max(max_temperature)",
+        },
+        drift_metrics=("rows", "readings"),
     ),
 ]
 VIEWS_BY_NAME: dict[str, ViewSpec] = {view.name: view for view in VIEWS}

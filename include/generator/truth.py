@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,6 +16,10 @@ from include.generator.simulation import Event, Line, iso_utc
 
 WINDOW = timedelta(minutes=5)
 REVENUE_COLUMNS = ("window_start", "window_end", "category", "revenue", "orders", "unique_buyers")
+TRAFFIC_WINDOW, TRAFFIC_SLIDE = timedelta(minutes=10), timedelta(minutes=5)
+TRAFFIC_COLUMNS = ("window_start", "window_end", "page_url", "views", "clicks", "add_to_cart", "unique_users")
+DEVICE_COLUMNS = ("window_start", "window_end", "device_id", "readings", "avg_temperature", "min_temperature",
+                  "max_temperature", "stddev_temperature", "avg_humidity")
 ORDER_PAYMENT_COLUMNS = (
     "order_id", "user_id", "category", "amount", "order_time",
     "payment_id", "paid_amount", "pay_time", "status", "late_paid",
@@ -41,6 +46,43 @@ def revenue_by_category_5m(orders: list[Event]) -> list[dict]:
         }
         for (start, category), members in sorted(groups.items())
     ]
+
+
+def traffic_by_page_10m(clicks: list[Event]) -> list[dict]:
+    """Each click counts in the two 10-minute windows (starting every 5 minutes) that contain it."""
+    groups: dict[tuple[datetime, str], list[Event]] = defaultdict(list)
+    slide = int(TRAFFIC_SLIDE.total_seconds())
+    for click in clicks:
+        epoch = int(click.event_time.timestamp())
+        latest = epoch - epoch % slide
+        for start in (latest - slide, latest):
+            groups[(datetime.fromtimestamp(start, timezone.utc), click.payload["page_url"])].append(click)
+    rows = []
+    for (start, page), members in sorted(groups.items()):
+        actions = Counter(c.payload["action"] for c in members)
+        rows.append({
+            "window_start": iso_utc(start), "window_end": iso_utc(start + TRAFFIC_WINDOW), "page_url": page,
+            "views": actions["view"], "clicks": actions["click"], "add_to_cart": actions["add_to_cart"],
+            "unique_users": len({c.payload["user_id"] for c in members}),
+        })
+    return rows
+
+
+def device_health_5m(readings: list[Event]) -> list[dict]:
+    groups: dict[tuple[datetime, str], list[Event]] = defaultdict(list)
+    for reading in readings:
+        groups[(window_start(reading.event_time), reading.payload["device_id"])].append(reading)
+    rows = []
+    for (start, device), members in sorted(groups.items()):
+        temperatures = [r.payload["temperature"] for r in members]
+        n, mean = len(temperatures), sum(temperatures) / len(temperatures)
+        rows.append({
+            "window_start": iso_utc(start), "window_end": iso_utc(start + WINDOW), "device_id": device,
+            "readings": n, "avg_temperature": mean, "min_temperature": min(temperatures), "max_temperature": max(temperatures),
+            "stddev_temperature": math.sqrt(sum((t - mean) ** 2 for t in temperatures) / (n - 1)) if n > 1 else None,
+            "avg_humidity": sum(r.payload["humidity"] for r in members) / n,
+        })
+    return rows
 
 
 def order_payments(orders: list[Event], payments: list[Event], join_window: timedelta) -> list[dict]:
@@ -123,6 +165,10 @@ def write_truth(
     payments = order_payments(by_topic["orders"], by_topic["payments"], join_window)
     _write_csv(folder / "revenue_by_category_5m.csv", REVENUE_COLUMNS, revenue)
     _write_csv(folder / "order_payments.csv", ORDER_PAYMENT_COLUMNS, payments)
+    traffic = traffic_by_page_10m(by_topic["clicks"])
+    health = device_health_5m(by_topic["sensors"])
+    _write_csv(folder / "traffic_by_page_10m.csv", TRAFFIC_COLUMNS, traffic)
+    _write_csv(folder / "device_health_5m.csv", DEVICE_COLUMNS, health)
     late = sorted((e for e in events if e.late), key=lambda e: (e.topic, e.event_time, e.event_id))
     _write_csv(
         folder / "late_events.csv",
@@ -147,6 +193,17 @@ def write_truth(
             "rows": len(revenue),
             "revenue": round(sum(row["revenue"] for row in revenue), 2),
             "orders": sum(row["orders"] for row in revenue),
+        },
+        "traffic_by_page_10m": {
+            "rows": len(traffic),
+            "views": sum(row["views"] for row in traffic),
+            "clicks": sum(row["clicks"] for row in traffic),
+            "add_to_cart": sum(row["add_to_cart"] for row in traffic),
+        },
+        "device_health_5m": {
+            "rows": len(health),
+            "readings": sum(row["readings"] for row in health),
+            "max_temperature": max((row["max_temperature"] for row in health), default=None),
         },
     }
     (folder / "ledger.json").write_text(json.dumps(ledger, indent=2) + "\n", encoding="utf-8")

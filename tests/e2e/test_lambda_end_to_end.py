@@ -76,6 +76,53 @@ def test_speed_views_differ_from_truth_only_by_late_events(lake):
             assert row["status"] in ("unpaid", "pending") and row["payment_id"] is None
 
 
+def window_of(moment: str, minutes: int = 5) -> datetime:
+    t = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    return t.replace(minute=t.minute - t.minute % minutes, second=0, microsecond=0)
+
+
+def truth_rows(result, name, keys):
+    return {tuple(r[k] for k in keys): r for r in read_truth(result, name)}
+
+
+def test_click_and_sensor_views_in_the_stream_differ_from_truth_only_by_late_events(lake):
+    settings, _, result = lake
+    engine = ServingEngine(settings)
+    late = engine.rows("SELECT topic, event_id, event_time FROM late_events WHERE topic IN ('clicks', 'sensors')")
+    late_readings = defaultdict(int)  # (window, device) -> late readings in it
+    late_click_windows = set()
+    for row in late:
+        if row["topic"] == "sensors":
+            late_readings[(iso(window_of(iso(row["event_time"]))), row["event_id"].split("|")[0])] += 1
+        else:
+            latest = window_of(iso(row["event_time"]))
+            late_click_windows |= {iso(latest), iso(latest - timedelta(minutes=5))}
+    assert late_readings and late_click_windows
+
+    truth = truth_rows(result, "device_health_5m", ("window_start", "device_id"))
+    speed = {(iso(r["window_start"]), r["device_id"]): r for r in engine.rows("SELECT * FROM device_health_5m")}
+    assert set(speed) <= set(truth)
+    for key, expected in truth.items():
+        missing = late_readings.get(key, 0)
+        readings = speed[key]["readings"] if key in speed else 0
+        assert readings == int(expected["readings"]) - missing, key
+        if not missing:
+            assert speed[key]["avg_temperature"] == pytest.approx(float(expected["avg_temperature"]), rel=1e-12)
+            assert speed[key]["max_temperature"] == float(expected["max_temperature"])
+
+    truth = truth_rows(result, "traffic_by_page_10m", ("window_start", "page_url"))
+    speed = {(iso(r["window_start"]), r["page_url"]): r for r in engine.rows("SELECT * FROM traffic_by_page_10m")}
+    assert set(speed) <= set(truth)
+    for key, expected in truth.items():
+        counts = [int(expected[c]) for c in ("views", "clicks", "add_to_cart")]
+        got = [speed[key][c] for c in ("views", "clicks", "add_to_cart")] if key in speed else [0, 0, 0]
+        if key[0] in late_click_windows:
+            assert all(g <= c for g, c in zip(got, counts)), key
+        else:
+            assert got == counts, key
+            assert abs(speed[key]["unique_users"] - int(expected["unique_users"])) <= 1 + 0.03 * int(expected["unique_users"])
+
+
 def test_batch_equals_truth_exactly_and_is_idempotent(lake):
     settings, store, result = lake
     snapshots = []
@@ -95,6 +142,22 @@ def test_batch_equals_truth_exactly_and_is_idempotent(lake):
     truth_payments = sorted(read_truth(result, "order_payments"), key=lambda r: r["order_id"])
     assert [(r["order_id"], r["status"], r["payment_id"] or None, r["pay_time"] or None, float(r["amount"])) for r in truth_payments] == \
         [(r["order_id"], r["status"], r["payment_id"], iso(r["pay_time"]), r["amount"]) for r in payments]
+
+    engine = ServingEngine(settings)
+    # The window opening at 23:55 the day before holds the first clicks: that day is not batch-covered.
+    traffic = engine.rows(f"SELECT * FROM traffic_by_page_10m WHERE CAST(window_start AS DATE) = DATE '{DAY}' "
+                          "ORDER BY window_start, page_url")
+    assert {r["source"] for r in traffic} == {"batch"}
+    truth = [r for r in read_truth(result, "traffic_by_page_10m") if r["window_start"].startswith(DAY.isoformat())]
+    assert [(r["window_start"], r["page_url"], *(int(r[c]) for c in ("views", "clicks", "add_to_cart", "unique_users"))) for r in truth] == \
+        [(iso(r["window_start"]), r["page_url"], r["views"], r["clicks"], r["add_to_cart"], r["unique_users"]) for r in traffic]
+    health = engine.rows("SELECT * FROM device_health_5m ORDER BY window_start, device_id")
+    truth = read_truth(result, "device_health_5m")
+    assert [(r["window_start"], r["device_id"], int(r["readings"]), float(r["min_temperature"]), float(r["max_temperature"])) for r in truth] == \
+        [(iso(r["window_start"]), r["device_id"], r["readings"], r["min_temperature"], r["max_temperature"]) for r in health]
+    for expected, row in zip(truth, health):
+        for column in ("avg_temperature", "stddev_temperature", "avg_humidity"):
+            assert row[column] == (pytest.approx(float(expected[column]), rel=1e-9) if expected[column] else None), column
 
     recovered = {r["metric"]: r for r in reconciliation if r["view"] == "order_payments"}["late_matches_recovered"]
     assert recovered["batch_value"] == result.ledger["order_payments"]["late_paid"] > 0

@@ -12,13 +12,17 @@ from include.views import (
     VIEWS,
     VIEWS_BY_NAME,
     best_order_status,
+    device_health_5m,
     first_copies,
     order_payments,
     revenue_by_category_5m,
+    traffic_by_page_10m,
 )
 
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp"
 PAYMENTS = "payment_id string, order_id string, amount double, event_time timestamp"
+CLICKS = "event_id string, user_id string, page_url string, action string, event_time timestamp"
+SENSORS = "device_id string, temperature double, humidity double, event_time timestamp"
 
 
 def t(hour, minute, second=0):
@@ -100,7 +104,7 @@ def test_the_registry_declares_each_view_completely():
         assert set(view.keys) <= set(view.columns) and "rows" in view.metrics
         assert set(view.drift_metrics) <= set(view.metrics)
         assert view.speed_table == f"speed/{view.name}" and view.batch_table == f"batch/{view.name}"
-    assert input_topics(VIEWS) == ("orders", "payments")
+    assert input_topics(VIEWS) == ("orders", "payments", "clicks", "sensors")
 
 
 def test_input_days_follow_the_join_window(settings):
@@ -134,3 +138,41 @@ def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
                     replaces_sql(view.precedence))
         both = spark.createDataFrame([candidates[stored], candidates[new]], view.schema)
         assertDataFrameEqual(store.read(table), best_order_status(both))
+
+
+@pytest.mark.parametrize("is_exact", [True, False])
+def test_traffic_windows_slide_every_five_minutes(spark, settings, is_exact):
+    clicks = spark.createDataFrame(
+        [("e1", "u1", "/home", "view", t(10, 4, 59)),  # in the windows starting 09:55 and 10:00
+         ("e2", "u1", "/home", "click", t(10, 5)),  # exactly at 10:05: windows 10:00 and 10:05
+         ("e3", "u2", "/home", "add_to_cart", t(10, 9, 59)),
+         ("e4", "u2", "/cart", "view", t(10, 10))],  # windows 10:05 and 10:10
+        CLICKS,
+    )
+    day = date(2026, 11, 20)
+    expected = spark.createDataFrame(
+        [(t(9, 55), t(10, 5), "/home", 1, 0, 0, 1, day),
+         (t(10, 0), t(10, 10), "/home", 1, 1, 1, 2, day),
+         (t(10, 5), t(10, 15), "/home", 0, 1, 1, 2, day),
+         (t(10, 5), t(10, 15), "/cart", 1, 0, 0, 1, day),
+         (t(10, 10), t(10, 20), "/cart", 1, 0, 0, 1, day)],
+        VIEWS_BY_NAME["traffic_by_page_10m"].schema,
+    )
+    assertDataFrameEqual(traffic_by_page_10m({"clicks": clicks}, ViewContext(settings, exact=is_exact)), expected)
+
+
+def test_device_health_statistics_one_reading_and_zero_deviation(spark, exact):
+    readings = spark.createDataFrame(
+        [("D1", 20.0, 40.0, t(10, 0)), ("D1", 22.0, 50.0, t(10, 1)), ("D1", 27.0, 60.0, t(10, 4, 59)),
+         ("D1", 30.0, 45.0, t(10, 5)),  # alone in the next window: no sample deviation
+         ("D2", 21.5, 40.0, t(10, 0)), ("D2", 21.5, 40.0, t(10, 2))],  # equal readings: deviation 0
+        SENSORS,
+    )
+    rows = {(r["device_id"], r["window_start"]): r for r in device_health_5m({"sensors": readings}, exact).collect()}
+    first = rows[("D1", t(10, 0))]
+    assert (first["readings"], first["avg_temperature"], first["min_temperature"], first["max_temperature"]) == (3, 23.0, 20.0, 27.0)
+    assert first["stddev_temperature"] == pytest.approx(3.605551275463989) and first["avg_humidity"] == 50.0
+    alone = rows[("D1", t(10, 5))]
+    assert (alone["readings"], alone["stddev_temperature"], alone["window_end"]) == (1, None, t(10, 10))
+    assert rows[("D2", t(10, 0))]["stddev_temperature"] == 0.0
+    assert set(rows) == {("D1", t(10, 0)), ("D1", t(10, 5)), ("D2", t(10, 0))}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from include.coverage import bronze_fingerprint, mark_covered
-from include.views import VIEWS_BY_NAME
+from include.views import VIEWS, VIEWS_BY_NAME
 from include.lakehouse import open_store
 from serving import engine as engine_module
 from serving.engine import QueryRefused, QueryTimeout, ServingEngine
@@ -183,7 +183,7 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     result = subprocess.run([lambdalake, "status", "--home", settings.home, "--format", "json"],
                             capture_output=True, text=True, check=True)
     rows = {row["view"]: row for row in json.loads(result.stdout)}
-    assert set(rows) == {"revenue_by_category_5m", "order_payments"}
+    assert set(rows) == {view.name for view in VIEWS}
     revenue = rows["revenue_by_category_5m"]
     assert revenue["batch_covered_days"] == "2026-11-20" and revenue["stale_days"] == ""
     assert revenue["speed_version"] == 1 and revenue["batch_version"] == 1
