@@ -15,6 +15,10 @@ visible through the serving layer.
    Freshness = first time seen - rename time. Files landed during ``--warmup`` are not counted
    (JVM start-up, first plans).
 
+4. Every 10 s it samples the stream's resident memory (its process and the JVM under it, from
+   ``/proc``): with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the
+   watermark keeps it flat).
+
 Writes a Markdown report to ``benchmarks/results/freshness.md``.
 """
 
@@ -90,6 +94,29 @@ class Lander(threading.Thread):
             self.renamed[number] = time.monotonic()
 
 
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, MB (Linux ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        try:
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -115,6 +142,8 @@ def main() -> None:
     lander.start()
     seen: dict[str, dict[int, float]] = {"order_payments": {}, "revenue_by_category_5m": {}}
     engine = None
+    memory: list[tuple[float, float]] = []  # (seconds since start, MB)
+    started = next_sample = time.monotonic()
     deadline = time.monotonic() + args.seconds + 180
     try:
         while time.monotonic() < deadline:
@@ -124,6 +153,9 @@ def main() -> None:
             engine = engine or ServingEngine(settings)
             engine.refresh()
             now = time.monotonic()
+            if now >= next_sample:
+                memory.append((now - started, tree_rss_mb(stream.pid)))
+                next_sample = now + 10
             per_file = engine.rows(
                 "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
                 "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1"
@@ -166,6 +198,16 @@ def main() -> None:
                           f"{max(delays):.1f} | {missing} |")
         else:
             report.append(f"| `{view}` | 0 | - | - | - | {missing} |")
+    after_warmup = [mb for at, mb in memory if at >= args.warmup]
+    if after_warmup:
+        tenth = max(1, len(after_warmup) // 10)
+        first, last = sum(after_warmup[:tenth]) / tenth, sum(after_warmup[-tenth:]) / tenth
+        report += [
+            "",
+            f"Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s, {len(after_warmup)} samples after "
+            f"the warm-up): first tenth {first:,.0f} MB, last tenth {last:,.0f} MB ({last / first:.2f}x), "
+            f"peak {max(after_warmup):,.0f} MB.",
+        ]
     text = "\n".join(report) + "\n"
     out = ROOT / "benchmarks" / "results" / "freshness.md"
     out.write_text(text)
