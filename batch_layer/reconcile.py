@@ -1,8 +1,8 @@
 """Reconciliation: a day's speed views against its exact batch views.
 
 One row per (view, day, metric) into ``reconciliation``, for every metric each view declares;
-a view that declares recovered rows (order_payments: ``late_matches_recovered``) also gets them
-counted and kept in their own table.
+a view that declares differences (order_payments: ``late_matches_recovered``; alerts: missed and
+unconfirmed per kind) also gets them counted and kept in their own table.
 """
 
 from __future__ import annotations
@@ -41,12 +41,14 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
         speed_values, batch_values = _measure(speed, view), _measure(batch, view)
         for metric in view.metrics:
             rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))
-        if view.recovered:
-            recovered = view.recovered.rows(speed, batch).cache()
-            store.ensure_table(view.recovered.table, view.recovered_schema, ["date"])
-            store.replace_partition(view.recovered.table, recovered, {"date": day})
-            rows.append(_row(view.name, day, view.recovered.metric, 0.0, float(recovered.count()), computed_at))
-            recovered.unpersist()
+        if view.differences:
+            differing = view.differences.rows(speed, batch).cache()
+            store.ensure_table(view.differences.table, view.differences_schema, ["date"])
+            store.replace_partition(view.differences.table, differing, {"date": day})
+            counted = differing.agg(*[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]).first()
+            for metric in view.differences.metrics:
+                rows.append(_row(view.name, day, metric, 0.0, float(counted[metric] or 0), computed_at))
+            differing.unpersist()
 
     store.ensure_table(tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA, ["date"])
     frame = store.spark.createDataFrame(rows, tables.RECONCILIATION_SCHEMA)

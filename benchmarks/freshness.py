@@ -13,7 +13,9 @@ visible through the serving layer.
    refreshes the tables whose Delta version changed and checks, per file: its orders in
    ``order_payments``, and ``revenue_by_category_5m`` counting every order landed up to it.
    Freshness = first time seen - rename time. Files landed during ``--warmup`` are not counted
-   (JVM start-up, first plans).
+   (JVM start-up, first plans). Each sensors file also holds one reading above the temperature
+   limit from a device named after the file: alert latency = its ``high_temperature`` row in
+   ``alerts`` first seen - rename time.
 
 4. Every 10 s it samples the stream's resident memory (its process and the JVM under it, from
    ``/proc``): with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the
@@ -61,8 +63,9 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
         return [json.dumps({"event_id": f"c-{number:06d}-{i}", "user_id": f"U{i % 997}", "session_id": f"S{i % 300}",
                             "page_url": f"/p/{i % 40}", "action": "view", "device_type": "mobile", "product_id": None,
                             "event_time": at}) for i in range(count)]
-    return [json.dumps({"device_id": f"D{number:06d}-{i}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
-            for i in range(count)]
+    hot = [json.dumps({"device_id": f"H{number:06d}", "temperature": 90.0, "humidity": 40.0, "event_time": at})]
+    return hot + [json.dumps({"device_id": f"D{number:06d}-{i}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
+                  for i in range(count - 1)]
 
 
 class Lander(threading.Thread):
@@ -140,7 +143,7 @@ def main() -> None:
     stream = subprocess.Popen([LAMBDALAKE, "stream"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lander = Lander(settings.landing_dir, args.events_per_second, args.seconds)
     lander.start()
-    seen: dict[str, dict[int, float]] = {"order_payments": {}, "revenue_by_category_5m": {}}
+    seen: dict[str, dict[int, float]] = {"order_payments": {}, "revenue_by_category_5m": {}, "alerts": {}}
     engine = None
     memory: list[tuple[float, float]] = []  # (seconds since start, MB)
     started = next_sample = time.monotonic()
@@ -169,6 +172,9 @@ def main() -> None:
                 landed += lander.orders[number]
                 if landed <= counted:
                     seen["revenue_by_category_5m"].setdefault(number, now)
+            for row in engine.rows("SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
+                                   "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'"):
+                seen["alerts"].setdefault(row["file"], now)
             if all(len(s) == args.seconds for s in seen.values()):
                 break
     finally:
@@ -184,7 +190,8 @@ def main() -> None:
         "`lambdalake stream` (all queries, processing-time trigger as above, all views on) while this process lands one "
         "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events); one serving engine "
         "kept open, refreshed every 100 ms. Freshness: a file's atomic rename to its events visible through the serving "
-        f"layer; files of the first {args.warmup} s not counted.",
+        f"layer; files of the first {args.warmup} s not counted. `alerts`: alert latency, the file's overheating reading "
+        "to its `high_temperature` alert.",
         "",
         "| view | files measured | p50 s | p95 s | max s | never seen |",
         "|---|---:|---:|---:|---:|---:|",

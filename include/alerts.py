@@ -20,29 +20,56 @@ SMTP_CONN_ID = "lambdalake_smtp"
 
 
 def notify(settings: Settings, source: str, message: str, severity: str = "error", **details: Any) -> None:
-    """Record an alert where on-call people look: the log, the alerts table, the webhook."""
+    """Record an alert where on-call people look: the log, the alerts table, the webhook, e-mail."""
+    row = _row(source, severity, message, details)
+    _record(settings, [row])
+    _post(settings, row)
+    if settings.alert_email_to:
+        _email(settings, row)
+
+
+def announce_alerts(settings: Settings, alerts: list[dict[str, Any]], txn: Any = None) -> None:
+    """The speed layer's newly raised data alerts (rows of the ``alerts`` view) to the log, the
+    alerts table (once per micro-batch ``txn``) and the webhook. Each carries its ``alert_id``,
+    so a receiver can drop the repeat a crash between recording and storing may cause."""
+    rows = []
+    for alert in sorted(alerts, key=lambda a: a["alert_id"]):
+        value = f"{alert['value']:.2f}" if alert["kind"] != "order_velocity" else f"{alert['value']:.0f} orders"
+        message = f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, {value} (threshold {alert['threshold']:g})"
+        rows.append(_row("alerts", "warning", message, {key: alert[key] for key in alert if key != "date"}))
+    _record(settings, rows, txn)
+    for row in rows:
+        _post(settings, row)
+
+
+def _row(source: str, severity: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
+    log.log(logging.ERROR if severity == "error" else logging.WARNING, "[%s] %s %s", source, message, details or "")
+    return {"at": datetime.now(timezone.utc), "source": source, "severity": severity,
+            "message": message, "details": json.dumps(details, default=str, sort_keys=True)}
+
+
+def _record(settings: Settings, rows: list[dict[str, Any]], txn: Any = None) -> None:
     import pyarrow as pa
 
     from include.lakehouse import open_store
     from include.tables import ALERTS, ALERTS_SCHEMA, arrow_schema
 
-    log.log(logging.ERROR if severity == "error" else logging.WARNING, "[%s] %s %s", source, message, details or "")
-    row = {"at": datetime.now(timezone.utc), "source": source, "severity": severity,
-           "message": message, "details": json.dumps(details, default=str, sort_keys=True)}
     store = open_store(settings)
     store.ensure_table(ALERTS, ALERTS_SCHEMA)
-    store.append(ALERTS, pa.Table.from_pylist([row], schema=arrow_schema(ALERTS_SCHEMA)))
-    if settings.alert_webhook_url:
-        request = urllib.request.Request(
-            settings.alert_webhook_url, data=json.dumps(row, default=str).encode(),
-            headers={"Content-Type": "application/json"}, method="POST",
-        )
-        try:
-            urllib.request.urlopen(request, timeout=10).close()
-        except OSError as exc:  # the alert is already recorded; say the webhook failed
-            log.error("alert webhook %s failed: %s", settings.alert_webhook_url, exc)
-    if settings.alert_email_to:
-        _email(settings, row)
+    store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_SCHEMA)), txn)
+
+
+def _post(settings: Settings, row: dict[str, Any]) -> None:
+    if not settings.alert_webhook_url:
+        return
+    request = urllib.request.Request(
+        settings.alert_webhook_url, data=json.dumps(row, default=str).encode(),
+        headers={"Content-Type": "application/json"}, method="POST",
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except OSError as exc:  # the alert is already recorded; say the webhook failed
+        log.error("alert webhook %s failed: %s", settings.alert_webhook_url, exc)
 
 
 def _email(settings: Settings, row: dict[str, Any]) -> None:

@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # A copy of an event (same id) ingested within this long after the first is a duplicate.
     dedup_window: timedelta = Field(default=timedelta(minutes=30))
+    # Alert rules (the alerts view).
+    temperature_limit: float = Field(default=80.0, description="high_temperature: a reading above this")
+    velocity_limit: int = Field(default=5, ge=1, description="order_velocity: more orders than this per user in 5 minutes")
     # Orchestration.
     batch_start_date: date = Field(default=date(2026, 11, 1), description="first day the nightly DAG runs for")
     alert_webhook_url: str = ""

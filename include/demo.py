@@ -84,6 +84,13 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
                  "round(stddev_temperature, 2) AS stddev_temperature FROM device_health_5m "
                  "ORDER BY max_temperature DESC LIMIT 5")
 
+    say("Speed view user_sessions (30-minute inactivity gap; sessions still open are shown as they stand)")
+    show(engine, "SELECT count(*) AS sessions, round(avg(events), 1) AS avg_clicks, round(avg(duration_seconds) / 60, 1) "
+                 "AS avg_minutes, round(100.0 * avg(CAST(converted AS INT)), 1) AS converted_pct FROM user_sessions")
+    say("Speed view alerts (raised within seconds, each once, also sent to the notifier), per kind")
+    show(engine, "SELECT kind, count(*) AS alerts, round(max(value), 2) AS max_value, any_value(threshold) AS threshold "
+                 "FROM alerts GROUP BY kind ORDER BY kind")
+
     say(f"3/5 Nightly batch: `lambdalake batch --date {day}` recomputes exact views from Bronze")
     reconciliation = run_batch(settings, day, store, show_progress=True)
 
@@ -94,6 +101,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     show(engine, "SELECT source, count(*) AS windows, round(sum(revenue), 2) AS revenue, sum(orders) AS orders "
                  "FROM revenue_by_category_5m GROUP BY source")
     show(engine, "SELECT status, count(*) AS orders, source FROM order_payments GROUP BY status, source ORDER BY status")
+    show(engine, "SELECT kind, count(*) AS alerts, source FROM alerts GROUP BY kind, source ORDER BY kind")
 
     say("5/5 Checked against the ground truth")
     batch_revenue = engine.rows("SELECT round(sum(revenue), 2) AS r, sum(orders) AS o FROM revenue_by_category_5m")[0]
@@ -102,12 +110,21 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     day_views = engine.rows(f"SELECT sum(views) AS views FROM traffic_by_page_10m WHERE CAST(window_start AS DATE) = DATE '{day}'")[0]
     with (result.truth_dir / "traffic_by_page_10m.csv").open() as handle:
         truth_views = sum(int(row["views"]) for row in csv.DictReader(handle) if row["window_start"].startswith(day.isoformat()))
+    sessions = engine.rows(f"SELECT count(*) AS n, sum(events) AS events FROM user_sessions WHERE CAST(session_start AS DATE) = DATE '{day}'")[0]
+    with (result.truth_dir / "user_sessions.csv").open() as handle:
+        truth_sessions = [row for row in csv.DictReader(handle) if row["in_batch"] == "True" and row["session_start"].startswith(day.isoformat())]
+    raised = engine.rows(f"SELECT count(*) AS n FROM alerts WHERE CAST(event_time AS DATE) = DATE '{day}'")[0]
+    with (result.truth_dir / "alerts.csv").open() as handle:
+        truth_alerts = [row for row in csv.DictReader(handle) if row["in_batch"] == "True" and row["event_time"].startswith(day.isoformat())]
     checks = [
         ("revenue, all days served", truth["revenue_by_category_5m"]["revenue"], batch_revenue["r"]),
         ("orders, all days served", truth["revenue_by_category_5m"]["orders"], batch_revenue["o"]),
         ("late-paid orders recovered", truth["order_payments"]["late_paid"], int(recovered)),
         ("page views in the day's traffic windows", truth_views, day_views["views"]),
         ("sensor readings, all days served", truth["device_health_5m"]["readings"], health["readings"]),
+        ("user sessions starting on the day", len(truth_sessions), sessions["n"]),
+        ("clicks in those sessions", sum(int(row["events"]) for row in truth_sessions), sessions["events"]),
+        ("alerts on the day", len(truth_alerts), raised["n"]),
     ]
     print(format_rows([{"check": c, "ground_truth": t, "served": b, "equal": t == b} for c, t, b in checks], "table"))
     print(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from include.config import Settings
+    from include.lakehouse import Txn
 
 def column_names(fields: str) -> list[str]:
     """The names of ``"name type, name type"``."""
@@ -80,14 +81,14 @@ class ViewContext:
 
 
 @dataclass(frozen=True)
-class Recovered:
-    """Rows the batch has that the speed view missed, kept in their own table and counted as a
-    reconciliation metric (e.g. orders paid by a payment that arrived after the watermark)."""
+class Differences:
+    """Rows on which the layers disagree (e.g. orders paid by a payment that arrived after the
+    watermark, alerts the stream missed), kept in their own table and counted by reconciliation."""
 
-    metric: str
     table: str
     extra_fields: str  # columns besides the view's own, ``"name type, …"``
-    rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> recovered rows
+    rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> differing rows
+    metrics: Mapping[str, str]  # reconciliation metric -> SQL aggregate over those rows
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,17 @@ class ViewSpec:
     # Days after the view's day that an input topic must be read for (e.g. a join window that
     # opens before midnight closes after it).
     lookahead: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)
+    # Days before it likewise (e.g. a session or a look-back that starts before midnight).
+    lookbehind: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)
     metrics: Mapping[str, str] = field(default_factory=dict)  # reconciliation: name -> SQL aggregate
     drift_metrics: tuple[str, ...] = ()  # nightly data quality: speed within the allowed drift
-    recovered: Recovered | None = None
+    differences: Differences | None = None
+    # A speed row matching this SQL condition deletes its key (a session merged into another).
+    tombstone: str | None = None
+    # Called in the speed layer with the rows whose key is new to the speed table and the
+    # micro-batch's transaction id, before they are stored (a replay calls it again for rows it
+    # did not get to store).
+    announce: Callable[[Settings, list[dict], Txn], None] | None = None
 
     @property
     def speed_table(self) -> str:
@@ -125,8 +134,8 @@ class ViewSpec:
         return struct(self.fields)
 
     @property
-    def recovered_schema(self) -> StructType:
-        return struct(f"{self.fields}, {self.recovered.extra_fields}")
+    def differences_schema(self) -> StructType:
+        return struct(f"{self.fields}, {self.differences.extra_fields}")
 
     @property
     def columns(self) -> list[str]:
@@ -135,9 +144,10 @@ class ViewSpec:
 
     def input_days(self, topic: str, day: date, settings: Settings) -> list[date]:
         """The event days of ``topic`` the batch reads to rebuild ``day`` exactly."""
-        reach = self.lookahead.get(topic)
-        extra = math.ceil(reach(settings) / timedelta(days=1)) if reach else 0
-        return [day + timedelta(days=n) for n in range(extra + 1)]
+        def days(reach: Mapping[str, Callable[[Settings], timedelta]]) -> int:
+            return math.ceil(reach[topic](settings) / timedelta(days=1)) if topic in reach else 0
+
+        return [day + timedelta(days=n) for n in range(-days(self.lookbehind), days(self.lookahead) + 1)]
 
 
 def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:

@@ -101,6 +101,10 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
     # Only a JVM this process starts takes the class path; under spark-submit it is running already.
     if settings.spark_master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = _fast_local_files(builder)
+    # Python workers (stateful processors) run this interpreter, not whatever python3 is on
+    # PATH; the JVM passes its environment on to them.
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     if settings.spark_jars_packages:

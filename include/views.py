@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from include.alerts import announce_alerts
 from include.config import spark_interval
-from include.registry import Recovered, ViewContext, ViewSpec, best_per_key
+from include.registry import Differences, ViewContext, ViewSpec, best_per_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 REVENUE_WINDOW = "5 minutes"
 DEVICE_WINDOW = "5 minutes"
 TRAFFIC_WINDOW, TRAFFIC_SLIDE = "10 minutes", "5 minutes"
+SESSION_GAP = timedelta(minutes=30)
+ANOMALY_LOOKBACK = timedelta(minutes=15)
+VELOCITY_WINDOW = "5 minutes"
+ALERT_KINDS = ("high_temperature", "temperature_anomaly", "order_velocity")
 # Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
 APPROX_DISTINCT_RSD = 0.01
 # Which copy of a duplicated event counts, in both layers: the first to arrive (then the
@@ -209,6 +214,121 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
     )
 
 
+# ---- user_sessions ---------------------------------------------------------------------------
+def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Session windows per user with a 30-minute inactivity gap: first and last click, clicks,
+    distinct pages, whether an item was added to the cart. The batch uses ``session_window``; the
+    stream :class:`include.processors.OpenSessions`, which shows sessions while they are open."""
+    from pyspark.sql import functions as F
+
+    clicks = inputs["clicks"]
+    gap_us = int(SESSION_GAP / timedelta(microseconds=1))
+    if context.exact:
+        sessions = clicks.groupBy("user_id", F.session_window("event_time", spark_interval(SESSION_GAP))).agg(
+            F.unix_micros(F.min("event_time")).alias("start_us"), F.unix_micros(F.max("event_time")).alias("end_us"),
+            F.count(F.lit(1)).alias("events"), F.count_distinct("page_url").alias("pages"),
+            F.max(F.col("action") == "add_to_cart").alias("converted"),
+        )
+    else:
+        from include.processors import SESSION_OUTPUT, OpenSessions
+
+        sessions = clicks.select("user_id", F.unix_micros("event_time").alias("event_us"), "page_url", "action").groupBy(
+            "user_id"
+        ).transformWithState(OpenSessions(gap_us), SESSION_OUTPUT, "Update", "EventTime")
+    return sessions.select(
+        "user_id",
+        F.timestamp_micros("start_us").alias("session_start"),
+        F.timestamp_micros("end_us").alias("session_end"),
+        "events",
+        "pages",
+        ((F.col("end_us") - F.col("start_us")) / 1e6).alias("duration_seconds"),
+        "converted",
+        F.to_date(F.timestamp_micros("start_us")).alias("date"),
+    )
+
+
+# ---- alerts ----------------------------------------------------------------------------------
+def alert_rules(context: ViewContext):  # noqa: ANN201 - include.processors.AlertRules
+    from include.processors import AlertRules
+
+    return AlertRules(context.settings.temperature_limit, context.settings.velocity_limit,
+                      anomaly_lookback_us=int(ANOMALY_LOOKBACK / timedelta(microseconds=1)))
+
+
+def exact_alerts(sensors: DataFrame, orders: DataFrame, context: ViewContext) -> DataFrame:
+    """Every alert the full history holds: ``kind, entity_id, event_time, value, threshold``.
+    The anomaly test is in exact integers of hundredths of a degree, like the stream's."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rules = alert_rules(context)
+    high = sensors.where(F.col("temperature") > rules.temperature_limit).select(
+        F.lit("high_temperature").alias("kind"), F.col("device_id").alias("entity_id"), "event_time",
+        F.col("temperature").alias("value"), F.lit(float(rules.temperature_limit)).alias("threshold"),
+    )
+    before = Window.partitionBy("device_id").orderBy(F.unix_micros("event_time")).rangeBetween(-rules.anomaly_lookback_us, -1)
+    centi = F.round(F.col("temperature") * 100).cast("decimal(38,0)")
+    stats = sensors.withColumns({"x": centi, "n": F.count(F.lit(1)).over(before).cast("decimal(38,0)"),
+                                 "s": F.sum(centi).over(before), "q": F.sum(centi * centi).over(before)})
+    stats = stats.withColumns({"spread": F.expr("n * q - s * s"), "distance": F.expr("n * x - s")})
+    anomaly = stats.where(
+        (F.col("n") >= rules.anomaly_min_readings) & (F.col("spread") > 0)
+        & (F.expr("distance * distance * (n - 1)") > F.expr(f"{rules.anomaly_sigmas ** 2} * n * spread"))
+    ).select(
+        F.lit("temperature_anomaly").alias("kind"), F.col("device_id").alias("entity_id"), "event_time",
+        F.expr("CAST(distance AS DOUBLE) / sqrt(CAST(n * spread AS DOUBLE) / CAST(n - 1 AS DOUBLE))").alias("value"),
+        F.lit(float(rules.anomaly_sigmas)).alias("threshold"),
+    )
+    velocity = (
+        orders.groupBy("user_id", F.window("event_time", VELOCITY_WINDOW).alias("window")).agg(F.count(F.lit(1)).alias("orders"))
+        .where(F.col("orders") > rules.velocity_limit)
+        .select(F.lit("order_velocity").alias("kind"), F.col("user_id").alias("entity_id"), F.col("window.start").alias("event_time"),
+                F.col("orders").cast("double").alias("value"), F.lit(float(rules.velocity_limit)).alias("threshold"))
+    )
+    return high.unionByName(anomaly).unionByName(velocity)
+
+
+def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """``high_temperature``, ``temperature_anomaly`` and ``order_velocity``, one row per
+    ``alert_id``. The stream raises them in :class:`include.processors.AlertDetector` (the
+    micro-batch's time is ``detected_at``); the batch recomputes them (its run's time)."""
+    from pyspark.sql import functions as F
+
+    sensors, orders = inputs["sensors"], inputs["orders"]
+    if context.exact:
+        raised = exact_alerts(sensors, orders, context).withColumn("detected_at", F.current_timestamp())
+    else:
+        from include.processors import ALERT_OUTPUT, AlertDetector
+
+        events = sensors.select(F.lit("sensors").alias("topic"), F.col("device_id").alias("entity_id"),
+                                F.unix_micros("event_time").alias("event_us"), "temperature").unionByName(
+            orders.select(F.lit("orders").alias("topic"), F.col("user_id").alias("entity_id"),
+                          F.unix_micros("event_time").alias("event_us"), F.lit(None).cast("double").alias("temperature")))
+        raised = events.groupBy("topic", "entity_id").transformWithState(
+            AlertDetector(alert_rules(context)), ALERT_OUTPUT, "Update", "EventTime"
+        ).select("kind", "entity_id", F.timestamp_micros("event_us").alias("event_time"), "value", "threshold",
+                 F.timestamp_micros("detected_us").alias("detected_at"))
+    alert_id = F.concat_ws("|", "kind", "entity_id", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"))
+    return raised.select(alert_id.alias("alert_id"), "kind", "entity_id", "event_time", "value", "threshold",
+                         "detected_at", F.to_date("event_time").alias("date"))
+
+
+def alert_precedence(row: str) -> list[str]:
+    """The first detection of an alert stands; of the same detection the larger count (an
+    order-velocity window that grew after it was raised)."""
+    return [f"{row}detected_at", f"-{row}value"]
+
+
+def alert_differences(speed: DataFrame, batch: DataFrame) -> DataFrame:
+    """Alerts the batch found and the stream did not (``missed``: late data) and alerts the stream
+    raised that the batch does not confirm (``unconfirmed``)."""
+    from pyspark.sql import functions as F
+
+    missed = batch.join(speed.select("alert_id"), "alert_id", "left_anti").withColumn("difference", F.lit("missed"))
+    unconfirmed = speed.join(batch.select("alert_id"), "alert_id", "left_anti").withColumn("difference", F.lit("unconfirmed"))
+    return missed.unionByName(unconfirmed)
+
+
 # ---- the registry --------------------------------------------------------------------------
 VIEWS: list[ViewSpec] = [
     ViewSpec(
@@ -249,11 +369,11 @@ VIEWS: list[ViewSpec] = [
             "paid_amount": money_sum_sql("paid_amount"),
         },
         drift_metrics=("rows",),
-        recovered=Recovered(
-            metric="late_matches_recovered",
+        differences=Differences(
             table="recovered_late_matches",
             extra_fields="speed_status string",
             rows=late_paid_orders,
+            metrics={"late_matches_recovered": "count(*)"},
         ),
     ),
     ViewSpec(
@@ -292,6 +412,53 @@ VIEWS: list[ViewSpec] = [
             "max_temperature": "max(max_temperature)",
         },
         drift_metrics=("rows", "readings"),
+    ),
+]
+VIEWS += [
+    ViewSpec(
+        name="user_sessions",
+        inputs=("clicks",),
+        define=user_sessions,
+        fields="user_id string, session_start timestamp, session_end timestamp, events bigint, pages bigint, "
+        "duration_seconds double, converted boolean, date date",
+        keys=("user_id", "session_start"),
+        key_time="session_start",
+        freshness_time="session_end",
+        speed_mode="update",
+        tombstone="s.events = 0",
+        # A session starting on the day may have begun before midnight's clicks, or run past it.
+        lookbehind={"clicks": lambda settings: SESSION_GAP},
+        lookahead={"clicks": lambda settings: SESSION_GAP},
+        metrics={
+            "rows": "count(*)",
+            "events": "sum(events)",
+            "converted": "count_if(converted)",
+        },
+        drift_metrics=("events",),
+    ),
+    ViewSpec(
+        name="alerts",
+        inputs=("sensors", "orders"),
+        define=alerts,
+        fields="alert_id string, kind string, entity_id string, event_time timestamp, value double, threshold double, "
+        "detected_at timestamp, date date",
+        keys=("alert_id",),
+        key_time="event_time",
+        freshness_time="event_time",
+        speed_mode="update",
+        precedence=alert_precedence,
+        lookbehind={"sensors": lambda settings: ANOMALY_LOOKBACK},
+        metrics={"rows": "count(*)", **{kind: f"count_if(kind = '{kind}')" for kind in ALERT_KINDS}},
+        differences=Differences(
+            table="alert_differences",
+            extra_fields="difference string",
+            rows=alert_differences,
+            metrics={
+                f"{difference}_{kind}": f"count_if(difference = '{difference}' AND kind = '{kind}')"
+                for difference in ("missed", "unconfirmed") for kind in ALERT_KINDS
+            },
+        ),
+        announce=announce_alerts,
     ),
 ]
 VIEWS_BY_NAME: dict[str, ViewSpec] = {view.name: view for view in VIEWS}

@@ -71,9 +71,9 @@ for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
     VIEWS_SQL[_view.name] = merged(_view.columns, batch_relation(_view), speed_relation(_view))
-    if _view.recovered:
-        SOURCES[f"_{_view.recovered.table}"] = (_view.recovered.table, _view.recovered_schema)
-        VIEWS_SQL[_view.recovered.table] = f"SELECT * EXCLUDE (date) FROM _{_view.recovered.table}"
+    if _view.differences:
+        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, _view.differences_schema)
+        VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM _{_view.differences.table}"
 QUERYABLE = sorted(VIEWS_SQL)
 # The schema of the served tables' copies; each relation above is a view over its copy.
 LOADED = "_lake"

@@ -47,25 +47,34 @@ def feed_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFram
 
 
 class MergeBatch:
-    """``foreachBatch``: upsert a micro-batch of a view's rows into its speed table, exactly once."""
+    """``foreachBatch``: upsert a micro-batch of a view's rows into its speed table, exactly once;
+    rows with new keys are first announced (alerts to the notifier)."""
 
-    def __init__(self, store: LakehouseStore, view: ViewSpec) -> None:
-        self.store, self.view, self.query = store, view, query_name(view)
+    def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
+        self.store, self.view, self.settings, self.query = store, view, settings, query_name(view)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        view = self.view
-        if view.precedence is None:
-            self.store.merge(view.speed_table, batch, view.keys, Txn(self.query, batch_id))
+        view, txn = self.view, Txn(self.query, batch_id)
+        if view.precedence is not None:
+            batch = best_per_key(batch, view.keys, view.precedence)
+        update_when = replaces_sql(view.precedence) if view.precedence else None
+        if view.announce is None or self.store.is_committed(view.speed_table, txn):
+            self.store.merge(view.speed_table, batch, view.keys, txn, update_when, delete_when=view.tombstone)
             return
-        best = best_per_key(batch, view.keys, view.precedence)
-        self.store.merge(view.speed_table, best, view.keys, Txn(self.query, batch_id), replaces_sql(view.precedence))
+        rows = batch.toArrow()  # a handful of rows (alerts); computed once for both uses
+        stored = self.store.select_arrow(view.speed_table, list(view.keys))
+        known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
+        new = [row for row in rows.to_pylist() if tuple(row[key] for key in view.keys) not in known]
+        if new:
+            view.announce(self.settings, new, Txn(f"{self.query}_announce", batch_id))
+        self.store.merge(view.speed_table, rows, view.keys, txn, update_when, delete_when=view.tombstone)
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
     store.ensure_table(view.speed_table, view.schema, ["date"])
     inputs = {topic: feed_stream(spark, settings, topic) for topic in view.inputs}
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-    return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view))
+    return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
 
 
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:

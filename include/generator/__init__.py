@@ -113,7 +113,8 @@ def generate(
     }
     file_counts = dict(sorted(Counter(topic for _, topic in files).items()))
     truth_dir = settings.truth_dir / run_id
-    ledger = write_truth(truth_dir, events, lines, settings.join_window, parameters, file_counts)
+    ledger = write_truth(truth_dir, events, lines, settings.join_window, parameters, file_counts,
+                         settings.temperature_limit, settings.velocity_limit)
     return GenerationResult(run_id, truth_dir, ledger)
 
 

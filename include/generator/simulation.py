@@ -39,6 +39,19 @@ PAYMENT_DELAYS = (
     ("never", 0.06, None),
 )
 SESSION_CONVERSION = 0.25
+# Planted for the user_sessions view: a share of visits is followed by the same user's return
+# after one of these pauses (last click to first click), on both sides of the 30-minute gap.
+RETURN_VISIT_SHARE = 0.2
+RETURN_PAUSES = (timedelta(minutes=20), timedelta(minutes=30), timedelta(minutes=30, milliseconds=1),
+                 timedelta(minutes=31), timedelta(minutes=45))
+# Planted for the alerts view, per sensor reading: a spike far above the device's usual
+# temperature but below the 80 °C limit (an anomaly), and an overheating above the limit.
+ANOMALY_SHARE, ANOMALY_RISE = 0.005, (25.0, 40.0)
+OVERHEAT_SHARE, OVERHEAT_RANGE = 0.001, (81.0, 95.0)
+# Order bursts (order_velocity): per 100 orders an hour, one user places this many orders
+# within a few minutes (more than the default limit of 5 in a 5-minute window, unless the
+# burst straddles a window boundary).
+BURSTS_PER_100_ORDERS, BURST_ORDERS, BURST_MINUTES = 1.0, (6, 8), 4.0
 # How much later than ``late_beyond`` past the watermark delay a late event lands.
 LATE_MARGIN_MINUTES = (1.0, 30.0)
 
@@ -206,33 +219,56 @@ class Simulator:
         user_ids = sorted(self.customers) or ["C00001"]
         events: list[Event] = []
         for _ in range(sessions):
-            moment = self._uniform_time(start, end)
             user_id = self.rng.choice(user_ids)
-            session_id = self._id("s")
-            device = self.rng.choice(DEVICES)
-            converts = self.rng.random() < SESSION_CONVERSION
-            product_id, category, price = self.rng.choice(self.products)
-            pages = ["/home"] + [
-                self.rng.choice((f"/category/{self.rng.choice(sorted(CATEGORIES))}", f"/search?q=item{self.rng.randint(1, 99)}"))
-                for _ in range(self.rng.randint(0, 3))
-            ]
-            steps = [(page, "view", None) for page in pages]
-            steps.append((f"/product/{product_id}", "view", product_id))
-            steps.append((f"/product/{product_id}", "click", product_id))
-            if converts:
-                steps.append((f"/product/{product_id}", "add_to_cart", product_id))
-            for page, action, product in steps:
-                moment += timedelta(seconds=self.rng.uniform(3, 60))
-                payload = {
-                    "event_id": self._id("e"), "user_id": user_id, "session_id": session_id,
-                    "page_url": page, "action": action, "device_type": device,
-                    "event_time": self._time_text(moment),
-                }
-                if product is not None:
-                    payload["product_id"] = product
-                events.append(Event("clicks", payload["event_id"], moment, self._arrival(moment), payload))
-            if converts:
-                moment += timedelta(seconds=self.rng.uniform(10, 120))
+            visit = self._visit(user_id, self._uniform_time(start, end))
+            events += visit
+            if self.rng.random() < RETURN_VISIT_SHARE:
+                last_click = max(e.event_time for e in visit if e.topic == "clicks")
+                events += self._visit(user_id, last_click + self.rng.choice(RETURN_PAUSES))
+        return events
+
+    def _visit(self, user_id: str, first_click: datetime) -> list[Event]:
+        """One visit: pages, a product, maybe the cart and an order; the first click at ``first_click``."""
+        session_id = self._id("s")
+        device = self.rng.choice(DEVICES)
+        converts = self.rng.random() < SESSION_CONVERSION
+        product_id, category, price = self.rng.choice(self.products)
+        pages = ["/home"] + [
+            self.rng.choice((f"/category/{self.rng.choice(sorted(CATEGORIES))}", f"/search?q=item{self.rng.randint(1, 99)}"))
+            for _ in range(self.rng.randint(0, 3))
+        ]
+        steps = [(page, "view", None) for page in pages]
+        steps.append((f"/product/{product_id}", "view", product_id))
+        steps.append((f"/product/{product_id}", "click", product_id))
+        if converts:
+            steps.append((f"/product/{product_id}", "add_to_cart", product_id))
+        events: list[Event] = []
+        moment = first_click
+        for page, action, product in steps:
+            payload = {
+                "event_id": self._id("e"), "user_id": user_id, "session_id": session_id,
+                "page_url": page, "action": action, "device_type": device,
+                "event_time": self._time_text(moment),
+            }
+            if product is not None:
+                payload["product_id"] = product
+            events.append(Event("clicks", payload["event_id"], moment, self._arrival(moment), payload))
+            moment = events[-1].event_time + timedelta(seconds=self.rng.uniform(3, 60))
+        if converts:
+            moment += timedelta(seconds=self.rng.uniform(10, 120))
+            events += self._order_and_payment(moment, user_id, product_id, category, price)
+        return events
+
+    def _order_bursts(self, start: datetime, end: datetime) -> list[Event]:
+        hours = (end - start).total_seconds() / 3600
+        bursts = self._count(hours * self.options.orders_per_hour / 100 * BURSTS_PER_100_ORDERS)
+        user_ids = sorted(self.customers) or ["C00001"]
+        events: list[Event] = []
+        for _ in range(bursts):
+            user_id, first = self.rng.choice(user_ids), self._uniform_time(start, end)
+            for _ in range(self.rng.randint(*BURST_ORDERS)):
+                moment = first + timedelta(seconds=self.rng.uniform(0, BURST_MINUTES * 60))
+                product_id, category, price = self.rng.choice(self.products)
                 events += self._order_and_payment(moment, user_id, product_id, category, price)
         return events
 
@@ -272,8 +308,11 @@ class Simulator:
                     milliseconds=number * 37 % 1000
                 )
                 temperature = 18 + number % 7 + self.rng.gauss(0, 0.8)
-                if self.rng.random() < 0.005:  # an occasional spike the device-health view flags
-                    temperature += self.rng.uniform(25, 40)
+                roll = self.rng.random()
+                if roll < ANOMALY_SHARE:
+                    temperature += self.rng.uniform(*ANOMALY_RISE)
+                elif roll < ANOMALY_SHARE + OVERHEAT_SHARE:
+                    temperature = self.rng.uniform(*OVERHEAT_RANGE)
                 payload = {
                     "device_id": device_id, "temperature": round(temperature, 2),
                     "humidity": round(min(max(self.rng.gauss(45, 6), 5), 95), 2),
@@ -333,7 +372,8 @@ class Simulator:
             raise ValueError("start and end must carry a time zone")
         if end <= start:
             raise ValueError("end must be after start")
-        events = self._customer_events(start, end) + self._session_events(start, end) + self._sensor_events(start, end)
+        events = (self._customer_events(start, end) + self._session_events(start, end) + self._order_bursts(start, end)
+                  + self._sensor_events(start, end))
         self._make_late(events, horizon or end)
         lines = [Line(e.topic, e.arrival, json.dumps(e.payload), "valid") for e in events]
         for event in events:

@@ -5,6 +5,7 @@ It deliberately shares no code with the pipeline: tests compare the pipeline's o
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -20,6 +21,13 @@ TRAFFIC_WINDOW, TRAFFIC_SLIDE = timedelta(minutes=10), timedelta(minutes=5)
 TRAFFIC_COLUMNS = ("window_start", "window_end", "page_url", "views", "clicks", "add_to_cart", "unique_users")
 DEVICE_COLUMNS = ("window_start", "window_end", "device_id", "readings", "avg_temperature", "min_temperature",
                   "max_temperature", "stddev_temperature", "avg_humidity")
+SESSION_GAP = timedelta(minutes=30)
+# ``in_batch``: the exact row the batch layer must produce; ``in_stream``: the row the speed layer
+# must show, computed from the events that were not late (the stream never sees late ones).
+SESSION_COLUMNS = ("user_id", "session_start", "session_end", "events", "pages", "duration_seconds", "converted",
+                   "in_batch", "in_stream")
+ALERT_COLUMNS = ("alert_id", "kind", "entity_id", "event_time", "value", "threshold", "in_batch", "in_stream")
+ANOMALY_LOOKBACK, ANOMALY_MIN_READINGS, ANOMALY_SIGMAS = timedelta(minutes=15), 5, 3
 ORDER_PAYMENT_COLUMNS = (
     "order_id", "user_id", "category", "amount", "order_time",
     "payment_id", "paid_amount", "pay_time", "status", "late_paid",
@@ -82,6 +90,80 @@ def device_health_5m(readings: list[Event]) -> list[dict]:
             "stddev_temperature": math.sqrt(sum((t - mean) ** 2 for t in temperatures) / (n - 1)) if n > 1 else None,
             "avg_humidity": sum(r.payload["humidity"] for r in members) / n,
         })
+    return rows
+
+
+def user_sessions(clicks: list[Event]) -> list[dict]:
+    """Per user, clicks at most the gap apart form one session (more than the gap: two)."""
+    by_user: dict[str, list[Event]] = defaultdict(list)
+    for click in clicks:
+        by_user[click.payload["user_id"]].append(click)
+    rows = []
+    for user, members in sorted(by_user.items()):
+        members.sort(key=lambda c: c.event_time)
+        session = [members[0]]
+        for click in members[1:] + [None]:
+            if click is not None and click.event_time - session[-1].event_time <= SESSION_GAP:
+                session.append(click)
+                continue
+            first, last = session[0].event_time, session[-1].event_time
+            rows.append({
+                "user_id": user, "session_start": iso_utc(first), "session_end": iso_utc(last), "events": len(session),
+                "pages": len({c.payload["page_url"] for c in session}), "duration_seconds": (last - first).total_seconds(),
+                "converted": any(c.payload["action"] == "add_to_cart" for c in session),
+            })
+            session = [click]
+    return rows
+
+
+def alerts(readings: list[Event], orders: list[Event], temperature_limit: float, velocity_limit: int) -> list[dict]:
+    """Every alert condition the events hold, by the ARCHITECTURE.md rules."""
+    rows = []
+
+    def alert(kind: str, entity: str, moment: datetime, value: float, threshold: float) -> None:
+        rows.append({"alert_id": f"{kind}|{entity}|{iso_utc(moment)}", "kind": kind, "entity_id": entity,
+                     "event_time": iso_utc(moment), "value": value, "threshold": threshold})
+
+    by_device: dict[str, list[Event]] = defaultdict(list)
+    for reading in readings:
+        by_device[reading.payload["device_id"]].append(reading)
+    for device, members in sorted(by_device.items()):
+        members.sort(key=lambda r: r.event_time)
+        times = [r.event_time for r in members]
+        for i, reading in enumerate(members):
+            temperature = reading.payload["temperature"]
+            if temperature > temperature_limit:
+                alert("high_temperature", device, reading.event_time, temperature, temperature_limit)
+            first = bisect.bisect_left(times, reading.event_time - ANOMALY_LOOKBACK)
+            before = [r.payload["temperature"] for r in members[first:i]]
+            if len(before) < ANOMALY_MIN_READINGS:
+                continue
+            # Hundredths of a degree as integers: the comparison is exact.
+            n, x = len(before), round(temperature * 100)
+            total, squares = sum(round(t * 100) for t in before), sum(round(t * 100) ** 2 for t in before)
+            spread, distance = n * squares - total * total, n * x - total
+            if spread > 0 and distance * distance * (n - 1) > ANOMALY_SIGMAS ** 2 * n * spread:
+                alert("temperature_anomaly", device, reading.event_time,
+                      float(distance) / math.sqrt(float(n * spread) / (n - 1)), ANOMALY_SIGMAS)
+    windows: Counter = Counter((o.payload["user_id"], window_start(o.event_time)) for o in orders)
+    for (user, start), count in sorted(windows.items()):
+        if count > velocity_limit:
+            alert("order_velocity", user, start, count, velocity_limit)
+    return sorted(rows, key=lambda r: r["alert_id"])
+
+
+def in_layers(everything: list[dict], on_time: list[dict], key: tuple[str, ...]) -> list[dict]:
+    """Rows of both computations, flagged by which one holds them (identical rows match)."""
+    def ident(row: dict) -> tuple:
+        return tuple(row[k] for k in key)
+
+    batch, stream = {ident(r): r for r in everything}, {ident(r): r for r in on_time}
+    rows = []
+    for k in sorted(set(batch) | set(stream)):
+        if k in batch and k in stream and batch[k] != stream[k]:  # the same key with other values: two rows
+            rows += [{**batch[k], "in_batch": True, "in_stream": False}, {**stream[k], "in_batch": False, "in_stream": True}]
+        else:
+            rows.append({**(batch.get(k) or stream[k]), "in_batch": k in batch, "in_stream": k in stream})
     return rows
 
 
@@ -155,6 +237,8 @@ def write_truth(
     join_window: timedelta,
     parameters: dict,
     files: dict[str, int],
+    temperature_limit: float = 80.0,
+    velocity_limit: int = 5,
 ) -> dict:
     """Write ledger.json, the expected views and the late event list; return the ledger."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -169,6 +253,17 @@ def write_truth(
     health = device_health_5m(by_topic["sensors"])
     _write_csv(folder / "traffic_by_page_10m.csv", TRAFFIC_COLUMNS, traffic)
     _write_csv(folder / "device_health_5m.csv", DEVICE_COLUMNS, health)
+    on_time = [e for e in events if not e.late]
+    clicks_on_time = [e for e in on_time if e.topic == "clicks"]
+    sessions = in_layers(user_sessions(by_topic["clicks"]), user_sessions(clicks_on_time), ("user_id", "session_start"))
+    _write_csv(folder / "user_sessions.csv", SESSION_COLUMNS, sessions)
+    raised = in_layers(
+        alerts(by_topic["sensors"], by_topic["orders"], temperature_limit, velocity_limit),
+        alerts([e for e in on_time if e.topic == "sensors"], [e for e in on_time if e.topic == "orders"],
+               temperature_limit, velocity_limit),
+        ("alert_id",),
+    )
+    _write_csv(folder / "alerts.csv", ALERT_COLUMNS, raised)
     late = sorted((e for e in events if e.late), key=lambda e: (e.topic, e.event_time, e.event_id))
     _write_csv(
         folder / "late_events.csv",
@@ -200,6 +295,15 @@ def write_truth(
             "clicks": sum(row["clicks"] for row in traffic),
             "add_to_cart": sum(row["add_to_cart"] for row in traffic),
         },
+        "user_sessions": {
+            "rows": sum(row["in_batch"] for row in sessions),
+            "events": sum(row["events"] for row in sessions if row["in_batch"]),
+            "converted": sum(row["converted"] for row in sessions if row["in_batch"]),
+        },
+        "alerts": {
+            kind: sum(row["in_batch"] for row in raised if row["kind"] == kind)
+            for kind in ("high_temperature", "temperature_anomaly", "order_velocity")
+        } | {"missed_by_stream": sum(row["in_batch"] and not row["in_stream"] for row in raised)},
         "device_health_5m": {
             "rows": len(health),
             "readings": sum(row["readings"] for row in health),

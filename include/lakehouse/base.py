@@ -198,10 +198,12 @@ class LakehouseStore(ABC):
         txn: Txn | None = None,
         update_when: str | None = None,
         insert_only: bool = False,
+        delete_when: str | None = None,
     ) -> bool:
         """Upsert rows on ``keys``: matched rows are updated (only where the SQL condition
         ``update_when`` holds, if given; ``t.`` is the table, ``s.`` the new row), others
-        inserted. With ``insert_only``, matched rows are left as they are."""
+        inserted. With ``insert_only``, matched rows are left as they are. A new row for which
+        ``delete_when`` holds (a tombstone) deletes its match and is not inserted itself."""
         if insert_only and update_when:
             raise ValueError("merge takes update_when or insert_only, not both")
         if not keys:
@@ -219,7 +221,7 @@ class LakehouseStore(ABC):
         def attempt() -> bool:
             if self.is_committed(name, txn):
                 return False
-            self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when)
+            self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when, delete_when)
             return True
 
         return self._retrying(f"merge into '{name}'", attempt)
@@ -348,7 +350,7 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_merge(
-        self, path: str, data: Any, keys: list[str], txn: Txn | None, update_when: str | None
+        self, path: str, data: Any, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
     ) -> None: ...
 
     @abstractmethod

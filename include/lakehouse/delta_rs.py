@@ -189,15 +189,17 @@ class DeltaRsStore(LakehouseStore):
         )
 
     def _do_merge(
-        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None
+        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
     ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         merger = self._open(path).merge(
             data, predicate, source_alias="s", target_alias="t", commit_properties=_commit_properties(txn)
         )
+        if delete_when:  # the first matching clause applies
+            merger = merger.when_matched_delete(predicate=delete_when)
         if update_when != "false":
             merger = merger.when_matched_update_all(predicate=update_when)
-        merger.when_not_matched_insert_all().execute()
+        merger.when_not_matched_insert_all(predicate=f"NOT ({delete_when})" if delete_when else None).execute()
 
     def _do_replace(self, path: str, data: pa.Table, predicate: str, txn: Txn | None) -> None:
         write_deltalake(

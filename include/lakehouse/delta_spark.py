@@ -58,7 +58,7 @@ class DeltaSparkStore(LakehouseStore):
         self._writer(data, txn).mode("append").save(path)
 
     def _do_merge(
-        self, path: str, data: DataFrame, keys: list[str], txn: Txn | None, update_when: str | None
+        self, path: str, data: DataFrame, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
     ) -> None:
         condition = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         conf = self.spark.conf
@@ -67,9 +67,11 @@ class DeltaSparkStore(LakehouseStore):
             conf.set(TXN_VERSION_CONF, str(txn.version))
         try:
             merger = self._table(path).alias("t").merge(data.alias("s"), condition)
+            if delete_when:  # the first matching clause applies
+                merger = merger.whenMatchedDelete(condition=delete_when)
             if update_when != "false":
                 merger = merger.whenMatchedUpdateAll(condition=update_when)
-            merger.whenNotMatchedInsertAll().execute()
+            merger.whenNotMatchedInsertAll(condition=f"NOT ({delete_when})" if delete_when else None).execute()
         finally:
             if txn is not None:
                 conf.unset(TXN_APP_ID_CONF)

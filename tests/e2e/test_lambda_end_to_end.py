@@ -4,6 +4,7 @@ output): speed layer, nightly batch, reconciliation, merge rule, restatement."""
 from __future__ import annotations
 
 import csv
+import json
 from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
 
@@ -123,6 +124,41 @@ def test_click_and_sensor_views_in_the_stream_differ_from_truth_only_by_late_eve
             assert abs(speed[key]["unique_users"] - int(expected["unique_users"])) <= 1 + 0.03 * int(expected["unique_users"])
 
 
+def session_key(row):
+    return (row["user_id"], iso(row["session_start"]), iso(row["session_end"]), row["events"], row["pages"], row["converted"])
+
+
+def truth_sessions(result, layer):
+    return sorted((r["user_id"], r["session_start"], r["session_end"], int(r["events"]), int(r["pages"]), r["converted"] == "True")
+                  for r in read_truth(result, "user_sessions") if r[layer] == "True")
+
+
+def truth_alerts(result, layer):
+    return {r["alert_id"]: r for r in read_truth(result, "alerts") if r[layer] == "True"}
+
+
+def test_sessions_and_alerts_in_the_stream_equal_the_truth_of_on_time_events(lake):
+    """The stream shows every session (open ones too) and raises every alert the events that
+    were not late hold: differences from the exact truth come from late events alone."""
+    settings, _, result = lake
+    engine = ServingEngine(settings)
+    sessions = engine.rows("SELECT * FROM user_sessions")
+    assert {r["source"] for r in sessions} == {"speed"}
+    assert sorted(session_key(r) for r in sessions) == truth_sessions(result, "in_stream")
+    assert truth_sessions(result, "in_stream") != truth_sessions(result, "in_batch")  # late clicks matter here
+
+    raised = {r["alert_id"]: r for r in engine.rows("SELECT * FROM alerts")}
+    expected = truth_alerts(result, "in_stream")
+    assert set(raised) == set(expected)
+    assert {kind for kind in (r["kind"] for r in raised.values())} == {"high_temperature", "temperature_anomaly", "order_velocity"}
+    for alert_id, row in raised.items():
+        assert row["value"] == pytest.approx(float(expected[alert_id]["value"]), rel=1e-12), alert_id
+        assert row["detected_at"] is not None and row["source"] == "speed"
+    # Each raised alert went to the notifier once.
+    announced = [json.loads(r["details"])["alert_id"] for r in engine.rows("SELECT details FROM ops_alerts WHERE source = 'alerts'")]
+    assert sorted(announced) == sorted(raised)
+
+
 def test_batch_equals_truth_exactly_and_is_idempotent(lake):
     settings, store, result = lake
     snapshots = []
@@ -158,6 +194,25 @@ def test_batch_equals_truth_exactly_and_is_idempotent(lake):
     for expected, row in zip(truth, health):
         for column in ("avg_temperature", "stddev_temperature", "avg_humidity"):
             assert row[column] == (pytest.approx(float(expected[column]), rel=1e-9) if expected[column] else None), column
+
+    sessions = engine.rows("SELECT * FROM user_sessions")
+    assert {r["source"] for r in sessions} == {"batch"}
+    assert sorted(session_key(r) for r in sessions) == truth_sessions(result, "in_batch")
+    raised = {r["alert_id"]: r for r in engine.rows("SELECT * FROM alerts")}
+    expected = truth_alerts(result, "in_batch")
+    assert set(raised) == set(expected) and {r["source"] for r in raised.values()} == {"batch"}
+    for alert_id, row in raised.items():
+        truth = expected[alert_id]
+        assert (row["kind"], row["entity_id"], iso(row["event_time"]), row["threshold"]) == \
+            (truth["kind"], truth["entity_id"], truth["event_time"], float(truth["threshold"]))
+        assert row["value"] == pytest.approx(float(truth["value"]), rel=1e-12), alert_id
+    # Reconciliation names, per kind, what the stream missed and what it raised that the batch denies.
+    metrics = {r["metric"]: r["batch_value"] for r in reconciliation if r["view"] == "alerts"}
+    in_stream = truth_alerts(result, "in_stream")
+    for kind in ("high_temperature", "temperature_anomaly", "order_velocity"):
+        assert metrics[f"missed_{kind}"] == sum(1 for a, r in expected.items() if r["kind"] == kind and a not in in_stream)
+        assert metrics[f"unconfirmed_{kind}"] == sum(1 for a, r in in_stream.items() if r["kind"] == kind and a not in expected)
+    assert sum(metrics[m] for m in metrics if m.startswith("missed_")) > 0
 
     recovered = {r["metric"]: r for r in reconciliation if r["view"] == "order_payments"}["late_matches_recovered"]
     assert recovered["batch_value"] == result.ledger["order_payments"]["late_paid"] > 0

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 from datetime import date, datetime
 
+import json
+import statistics
+
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
+from include.processors import MINUTE_US, AlertRules, Session, merge_sessions, z_score
 from include.registry import ViewContext, input_topics
 from include.views import (
     VIEWS,
     VIEWS_BY_NAME,
+    alerts,
     best_order_status,
     device_health_5m,
     first_copies,
     order_payments,
     revenue_by_category_5m,
     traffic_by_page_10m,
+    user_sessions,
 )
 
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp"
@@ -105,6 +111,7 @@ def test_the_registry_declares_each_view_completely():
         assert set(view.drift_metrics) <= set(view.metrics)
         assert view.speed_table == f"speed/{view.name}" and view.batch_table == f"batch/{view.name}"
     assert input_topics(VIEWS) == ("orders", "payments", "clicks", "sensors")
+    assert {view.name for view in VIEWS} >= {"user_sessions", "alerts"}
 
 
 def test_input_days_follow_the_join_window(settings):
@@ -112,6 +119,9 @@ def test_input_days_follow_the_join_window(settings):
     day = date(2026, 11, 20)
     assert view.input_days("orders", day, settings) == [day]
     assert view.input_days("payments", day, settings) == [day, date(2026, 11, 21)]
+    # A session starting on the day may continue clicks from before midnight and run past the next.
+    assert VIEWS_BY_NAME["user_sessions"].input_days("clicks", day, settings) == [date(2026, 11, 19), day, date(2026, 11, 21)]
+    assert VIEWS_BY_NAME["alerts"].input_days("sensors", day, settings) == [date(2026, 11, 19), day]
 
 
 def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
@@ -176,3 +186,127 @@ def test_device_health_statistics_one_reading_and_zero_deviation(spark, exact):
     assert (alone["readings"], alone["stddev_temperature"], alone["window_end"]) == (1, None, t(10, 10))
     assert rows[("D2", t(10, 0))]["stddev_temperature"] == 0.0
     assert set(rows) == {("D1", t(10, 0)), ("D1", t(10, 5)), ("D2", t(10, 0))}
+
+
+# ---- user_sessions and alerts -------------------------------------------------------------------
+def test_sessions_merge_below_the_gap_and_split_at_exactly_the_gap():
+    gap = 30 * MINUTE_US
+
+    def click(minute: float, page: str = "/a", cart: bool = False) -> Session:
+        us = int(minute * MINUTE_US)
+        return Session(us, us, 1, frozenset([page]), cart)
+
+    merged = merge_sessions([click(0), click(29.99, "/b"), click(59.99 + 1, cart=True), click(10, "/b")], gap)
+    assert merged == [Session(0, int(29.99 * MINUTE_US), 3, frozenset(["/a", "/b"]), False),
+                      Session(int(60.99 * MINUTE_US), int(60.99 * MINUTE_US), 1, frozenset(["/a"]), True)]
+    # Exactly the gap apart: one session (Spark's session_window); a microsecond more: two.
+    assert len(merge_sessions([click(0), click(30)], gap)) == 1
+    assert len(merge_sessions([click(0), Session(gap + 1, gap + 1, 1, frozenset(["/a"]), False)], gap)) == 2
+    # A click between two sessions joins them into one.
+    assert merge_sessions([Session(0, 0, 1, frozenset(["/a"]), False), Session(40 * MINUTE_US, 40 * MINUTE_US, 1, frozenset(["/a"]), False),
+                           click(20)], gap)[0].events == 3
+
+
+def test_anomaly_needs_five_readings_a_deviation_and_more_than_three_sigmas():
+    rules = AlertRules(temperature_limit=80.0, velocity_limit=5)
+    assert z_score([2000, 2010, 2000, 2010], 9000, rules) is None  # four prior readings
+    assert z_score([2000] * 6, 9000, rules) is None  # zero deviation
+    base = [2000, 2010, 2000, 2010, 2000, 2010]  # mean 20.05 °C, sample deviation 0.0548 °C
+    sd = statistics.stdev(base)
+    assert z_score(base, 2022, rules) == pytest.approx((2022 - 2005) / sd)
+    assert z_score(base, 1988, rules) == pytest.approx((1988 - 2005) / sd)  # below the mean counts too
+    assert z_score(base, 2021, rules) is None  # 2.92 sigmas
+
+
+def test_user_sessions_in_batch(spark, exact):
+    clicks = spark.createDataFrame(
+        [("e1", "u1", "/home", "view", t(10, 0)), ("e2", "u1", "/p/1", "add_to_cart", t(10, 10)),
+         ("e3", "u1", "/home", "view", t(10, 40, 1)),  # 30 minutes and a second after the last click: a new session
+         ("e4", "u1", "/home", "view", t(11, 10, 1)),  # exactly 30 minutes later: the same session
+         ("e5", "u2", "/home", "view", t(23, 50)), ("e6", "u2", "/home", "view", datetime(2026, 11, 21, 0, 5))],
+        CLICKS,
+    )
+    day = date(2026, 11, 20)
+    expected = spark.createDataFrame(
+        [("u1", t(10, 0), t(10, 10), 2, 2, 600.0, True, day),
+         ("u1", t(10, 40, 1), t(11, 10, 1), 2, 1, 1800.0, False, day),
+         ("u2", t(23, 50), datetime(2026, 11, 21, 0, 5), 2, 1, 900.0, False, day)],  # the day it started
+        VIEWS_BY_NAME["user_sessions"].schema,
+    )
+    assertDataFrameEqual(user_sessions({"clicks": clicks}, exact), expected)
+
+
+def test_alerts_in_batch_with_their_boundaries(spark, exact):
+    readings = [("D1", 20.0 + (i % 2) * 0.5, 40.0, t(10, i)) for i in range(5)]  # 10:00-10:04
+    readings += [("D1", 30.0, 40.0, t(10, 5)),  # five prior readings, far above them: an anomaly
+                 ("D1", 80.0, 40.0, t(10, 20)),  # at the limit: not high; its 15 minutes before hold one reading
+                 ("D1", 80.01, 40.0, t(10, 21)),  # above the limit
+                 ("D2", 20.0, 40.0, t(10, 0)), ("D2", 20.0, 40.0, t(10, 1)), ("D2", 20.0, 40.0, t(10, 2)),
+                 ("D2", 20.0, 40.0, t(10, 3)), ("D2", 20.0, 40.0, t(10, 4)),
+                 ("D2", 25.0, 40.0, t(10, 5)),  # zero deviation before it: no z-score
+                 ("D3", 20.0, 40.0, t(10, 0)), ("D3", 20.5, 40.0, t(10, 1)), ("D3", 20.0, 40.0, t(10, 2)),
+                 ("D3", 20.5, 40.0, t(10, 3)), ("D3", 50.0, 40.0, t(10, 4))]  # four prior readings: too few
+    orders = [(f"a{i}", "u1", "books", 1.0, t(11, 0, i)) for i in range(5)]  # exactly the limit: no alert
+    orders += [(f"b{i}", "u2", "books", 1.0, t(11, 0, i)) for i in range(6)]  # one more: an alert
+    orders += [(f"c{i}", "u3", "books", 1.0, t(11, 4, 58 + i)) for i in range(2)]  # a burst split by the
+    orders += [(f"d{i}", "u3", "books", 1.0, t(11, 5, i)) for i in range(4)]  # window boundary: no alert
+    raised = alerts({"sensors": spark.createDataFrame(readings, SENSORS), "orders": spark.createDataFrame(orders, ORDERS)}, exact)
+    rows = {r["alert_id"]: r for r in raised.collect()}
+    assert set(rows) == {"temperature_anomaly|D1|2026-11-20T10:05:00.000Z", "high_temperature|D1|2026-11-20T10:21:00.000Z",
+                         "order_velocity|u2|2026-11-20T11:00:00.000Z"}
+    prior = [20.0, 20.5, 20.0, 20.5, 20.0]
+    assert rows["temperature_anomaly|D1|2026-11-20T10:05:00.000Z"]["value"] == \
+        pytest.approx((30.0 - statistics.mean(prior)) / statistics.stdev(prior), rel=1e-12)
+    assert (rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["value"], rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["threshold"]) == (80.01, 80.0)
+    velocity = rows["order_velocity|u2|2026-11-20T11:00:00.000Z"]
+    assert (velocity["kind"], velocity["entity_id"], velocity["value"], velocity["threshold"], velocity["date"]) == \
+        ("order_velocity", "u2", 6.0, 5.0, date(2026, 11, 20))
+
+
+def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_raises_once(spark, settings):
+    """Two micro-batches through the stateful processors and the speed merge (real Delta tables):
+    an open session is visible, grows, and a click that bridges two sessions leaves one row; an
+    order-velocity alert is raised once and its count updated; the notifier hears of it once."""
+    from include.lakehouse import open_store
+    from speed_layer.gold import MergeBatch
+
+    store = open_store(settings, spark, engine="delta-rs")
+    sessions, raised = VIEWS_BY_NAME["user_sessions"], VIEWS_BY_NAME["alerts"]
+    folders = {name: settings.home / "input" / name for name in ("clicks", "sensors", "orders")}
+    schemas = {"clicks": CLICKS, "sensors": SENSORS, "orders": ORDERS}
+
+    def land(batch: int, rows: dict[str, list]) -> None:
+        for name, data in rows.items():
+            spark.createDataFrame(data, schemas[name]).write.parquet(str(folders[name] / f"b{batch}"))
+
+    def run() -> None:
+        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes")
+                  for name, folder in folders.items()}
+        context = ViewContext(settings, exact=False)
+        for view in (sessions, raised):
+            store.ensure_table(view.speed_table, view.schema, ["date"])
+            rows = view.define({topic: inputs[topic] for topic in view.inputs}, context).select(*view.schema.fieldNames())
+            (rows.writeStream.outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
+             .option("checkpointLocation", str(settings.checkpoints_dir / view.name)).trigger(availableNow=True).start()
+             .awaitTermination())
+
+    land(0, {"clicks": [("e1", "u1", "/a", "view", t(10, 0)), ("e2", "u1", "/b", "view", t(10, 10)),
+                        ("e3", "u1", "/a", "view", t(10, 41))],  # 31 minutes later: a second session
+             "sensors": [("D1", 20.0, 40.0, t(10, 0))],
+             "orders": [(f"o{i}", "u9", "books", 1.0, t(10, 1, i)) for i in range(6)]})
+    run()
+    open_rows = sorted((r["session_start"], r["session_end"], r["events"]) for r in store.read(sessions.speed_table).collect())
+    assert open_rows == [(t(10, 0), t(10, 10), 2), (t(10, 41), t(10, 41), 1)]  # open sessions are visible
+    first = store.read(raised.speed_table).collect()
+    assert [(r["alert_id"], r["value"]) for r in first] == [("order_velocity|u9|2026-11-20T10:00:00.000Z", 6.0)]
+
+    land(1, {"clicks": [("e4", "u1", "/c", "add_to_cart", t(10, 35))],  # bridges both (after the watermark)
+             "sensors": [("D1", 20.0, 40.0, t(10, 30))],
+             "orders": [("o7", "u9", "books", 1.0, t(10, 2))]})
+    run()
+    assert [(r["session_start"], r["session_end"], r["events"], r["pages"], r["converted"])
+            for r in store.read(sessions.speed_table).collect()] == [(t(10, 0), t(10, 41), 4, 3, True)]
+    second = store.read(raised.speed_table).collect()
+    assert [(r["alert_id"], r["value"], r["detected_at"]) for r in second] == [(first[0]["alert_id"], 7.0, first[0]["detected_at"])]
+    announced = [json.loads(r["details"])["alert_id"] for r in store.read("ops/alerts").collect()]
+    assert announced == [first[0]["alert_id"]]
