@@ -13,6 +13,8 @@ def ingest_totals(store: LakehouseStore) -> list[dict]:
     """Per topic, everything the speed layer has accounted for so far; duplicates are the Bronze
     lines in neither Silver nor the DLQ (exact once both queries have caught up)."""
     columns = ["bronze_rows", "silver_rows", "dlq_rows", "late_rows"]
+    if not store.exists(tables.INGEST_BATCHES):  # the stream has not run on this home
+        return []
     rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", *columns])
     if rows.num_rows == 0:
         return []

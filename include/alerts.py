@@ -36,14 +36,16 @@ def announce_alerts(settings: Settings, alerts: list[dict[str, Any]], txn: Any =
     for alert in sorted(alerts, key=lambda a: a["alert_id"]):
         value = f"{alert['value']:.2f}" if alert["kind"] != "order_velocity" else f"{alert['value']:.0f} orders"
         message = f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, {value} (threshold {alert['threshold']:g})"
-        rows.append(_row("alerts", "warning", message, {key: alert[key] for key in alert if key != "date"}))
+        rows.append(_row("alerts", "warning", message, {key: alert[key] for key in alert if key != "date"}, logging.INFO))
     _record(settings, rows, txn)
     for row in rows:
         _post(settings, row)
 
 
-def _row(source: str, severity: str, message: str, details: dict[str, Any]) -> dict[str, Any]:
-    log.log(logging.ERROR if severity == "error" else logging.WARNING, "[%s] %s %s", source, message, details or "")
+def _row(source: str, severity: str, message: str, details: dict[str, Any], level: int | None = None) -> dict[str, Any]:
+    """An ``ops/alerts`` row, logged (data alerts at INFO: there can be many; they are in the table)."""
+    level = level or (logging.ERROR if severity == "error" else logging.WARNING)
+    log.log(level, "[%s] %s %s", source, message, details or "")
     return {"at": datetime.now(timezone.utc), "source": source, "severity": severity,
             "message": message, "details": json.dumps(details, default=str, sort_keys=True)}
 

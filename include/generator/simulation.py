@@ -215,7 +215,10 @@ class Simulator:
 
     def _session_events(self, start: datetime, end: datetime) -> list[Event]:
         hours = (end - start).total_seconds() / 3600
-        sessions = self._count(self.options.orders_per_hour * hours / SESSION_CONVERSION)
+        # Orders per hour as asked, counting the return visits' orders and the bursts'.
+        burst_share = BURSTS_PER_100_ORDERS * sum(BURST_ORDERS) / 2 / 100
+        visit_orders = self.options.orders_per_hour * hours * (1 - burst_share)
+        sessions = self._count(visit_orders / SESSION_CONVERSION / (1 + RETURN_VISIT_SHARE))
         user_ids = sorted(self.customers) or ["C00001"]
         events: list[Event] = []
         for _ in range(sessions):

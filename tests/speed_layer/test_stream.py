@@ -132,6 +132,16 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     done = DeltaTable(str(batches)).version()
     assert done < 15, "the run finished before it was killed; the test would prove nothing"
 
+    # Again in the Gold phase, once the alerts query has planned its first micro-batch.
+    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    planned = settings.checkpoints_dir / "speed_alerts" / "offsets" / "0"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not planned.exists() and victim.poll() is None:
+        time.sleep(0.05)
+    assert planned.exists(), "the alerts query never started"
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
 
     from include.spark import get_spark
@@ -151,6 +161,11 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     assert revenue.agg(F.sum("orders")).first()[0] == on_time_orders
     payments = store.read(SPEED_ORDER_PAYMENTS)
     assert payments.count() == payments.select("order_id").distinct().count()
+    # Every alert raised once, and told to the notifier once.
+    raised = [r["alert_id"] for r in store.read("speed/alerts").collect()]
+    assert raised and len(raised) == len(set(raised))
+    announced = [json.loads(r["details"])["alert_id"] for r in store.read(tables.ALERTS).where("source = 'alerts'").collect()]
+    assert sorted(announced) == sorted(raised)
 
 
 def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
