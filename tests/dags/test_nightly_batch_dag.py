@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -37,9 +37,10 @@ def lake(spark, tmp_path_factory, airflow_db):
         for key, value in {**LAKE_ENV, "LAMBDALAKE_HOME": str(home)}.items():
             patch.setenv(key, value)
         settings = load_settings()
-        result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3,
-                          TrafficOptions(orders_per_hour=100, late_fraction=0.05), seed=5, file_minutes=15, progress=False)
-        run_stream(settings, available_now=True)
+        # Hour-long micro-batches keep the stream short; late events land beyond one of them.
+        options = TrafficOptions(orders_per_hour=100, late_fraction=0.05, late_beyond=timedelta(hours=1))
+        result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15, progress=False)
+        run_stream(settings.model_copy(update={"max_files_per_trigger": 4}), available_now=True)
         yield settings, result
 
 

@@ -34,8 +34,11 @@ def read_truth(result, name):
 def lake(spark, tmp_path_factory):
     from include.config import load_settings
 
-    settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]", shuffle_partitions=2)
-    options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01)
+    # Half-hour micro-batches (two 15-minute files); late events land beyond one of them.
+    settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]", shuffle_partitions=2,
+                             max_files_per_trigger=2)
+    options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
+                             late_beyond=timedelta(minutes=30))
     result = generate(settings, START, 6, options, seed=21, file_minutes=15, progress=False)
     store = run_stream(settings, available_now=True)
     return settings, store, result
@@ -221,6 +224,7 @@ def test_batch_equals_truth_exactly_and_is_idempotent(lake):
 
 def test_merge_rule_backfill_and_restatement(lake):
     settings, store, _ = lake
+    settings = settings.model_copy(update={"max_files_per_trigger": 8})  # lateness is not the point here
     # Another day arrives; it has no batch run yet, so it is served from speed.
     generate(settings, START + timedelta(days=1), 2, TrafficOptions(orders_per_hour=60), seed=22, file_minutes=15, progress=False)
     run_stream(settings, available_now=True)
