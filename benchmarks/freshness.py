@@ -2,7 +2,7 @@
 visible through the serving layer.
 
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
-        [--warmup 30] [--trigger-interval 1]
+        [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
 
 1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
    ``--trigger-interval``), on a fresh home.
@@ -125,14 +125,11 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events-per-second", type=int, default=10_000)
-    parser.add_argument("--seconds", type=int, default=120)
-    parser.add_argument("--warmup", type=int, default=30)
-    parser.add_argument("--trigger-interval", type=float, default=1.0)
-    args = parser.parse_args()
+MEASURED = ("order_payments", "revenue_by_category_5m", "alerts")
 
+
+def measure(args: argparse.Namespace, views: str) -> dict:
+    """One live stream (``views``: `all` or ``stream --views``) on a fresh home while files land."""
     from include.config import load_settings
     from serving.engine import ServingEngine
 
@@ -140,10 +137,11 @@ def main() -> None:
     settings = load_settings(home=home)
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
            "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000"}
-    stream = subprocess.Popen([LAMBDALAKE, "stream"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
+    stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lander = Lander(settings.landing_dir, args.events_per_second, args.seconds)
     lander.start()
-    seen: dict[str, dict[int, float]] = {"order_payments": {}, "revenue_by_category_5m": {}, "alerts": {}}
+    seen: dict[str, dict[int, float]] = {view: {} for view in MEASURED if views == "all" or view in views.split(",")}
     engine = None
     memory: list[tuple[float, float]] = []  # (seconds since start, MB)
     started = next_sample = time.monotonic()
@@ -159,66 +157,84 @@ def main() -> None:
             if now >= next_sample:
                 memory.append((now - started, tree_rss_mb(stream.pid)))
                 next_sample = now + 10
-            per_file = engine.rows(
-                "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
-                "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1"
-            )
-            for row in per_file:
-                if row["orders"] >= lander.orders.get(row["file"], 1 << 30):
-                    seen["order_payments"].setdefault(row["file"], now)
-            counted = engine.rows("SELECT coalesce(sum(orders), 0) AS n FROM revenue_by_category_5m")[0]["n"]
-            landed = 0
-            for number in sorted(lander.orders):
-                landed += lander.orders[number]
-                if landed <= counted:
-                    seen["revenue_by_category_5m"].setdefault(number, now)
-            for row in engine.rows("SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
-                                   "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'"):
-                seen["alerts"].setdefault(row["file"], now)
+            if "order_payments" in seen:
+                per_file = engine.rows(
+                    "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
+                    "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1"
+                )
+                for row in per_file:
+                    if row["orders"] >= lander.orders.get(row["file"], 1 << 30):
+                        seen["order_payments"].setdefault(row["file"], now)
+            if "revenue_by_category_5m" in seen:
+                counted = engine.rows("SELECT coalesce(sum(orders), 0) AS n FROM revenue_by_category_5m")[0]["n"]
+                landed = 0
+                for number in sorted(lander.orders):
+                    landed += lander.orders[number]
+                    if landed <= counted:
+                        seen["revenue_by_category_5m"].setdefault(number, now)
+            if "alerts" in seen:
+                for row in engine.rows("SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
+                                       "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'"):
+                    seen["alerts"].setdefault(row["file"], now)
             if all(len(s) == args.seconds for s in seen.values()):
                 break
     finally:
         stream.send_signal(signal.SIGTERM)
         stream.wait(timeout=300)
+    return {"views": views, "seen": seen, "renamed": dict(lander.renamed), "memory": memory}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events-per-second", type=int, default=10_000)
+    parser.add_argument("--seconds", type=int, default=120)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--trigger-interval", type=float, default=1.0)
+    parser.add_argument("--views", nargs="+", default=["all"],
+                        help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
+    args = parser.parse_args()
+    runs = [measure(args, views) for views in args.views]
 
     report = [
         "# Freshness benchmark", "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%MZ} on {platform.node()}: {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, `--events-per-second {args.events_per_second} --seconds {args.seconds} "
-        f"--warmup {args.warmup} --trigger-interval {args.trigger_interval}`.",
+        f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.",
         "",
-        "`lambdalake stream` (all queries, processing-time trigger as above, all views on) while this process lands one "
+        "`lambdalake stream` (all queries, processing-time trigger as above) while this process lands one "
         "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events); one serving engine "
         "kept open, refreshed every 100 ms. Freshness: a file's atomic rename to its events visible through the serving "
         f"layer; files of the first {args.warmup} s not counted. `alerts`: alert latency, the file's overheating reading "
-        "to its `high_temperature` alert.",
+        "to its `high_temperature` alert. One run per view set, one after another.",
         "",
-        "| view | files measured | p50 s | p95 s | max s | never seen |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| speed views | view | files measured | p50 s | p95 s | max s | never seen |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    counted_files = [n for n in lander.renamed if n >= args.warmup]
-    for view, times in seen.items():
-        delays = [times[n] - lander.renamed[n] for n in counted_files if n in times]
-        missing = len([n for n in counted_files if n not in times])
-        if delays:
-            report.append(f"| `{view}` | {len(delays)} | {percentile(delays, 0.5):.1f} | {percentile(delays, 0.95):.1f} | "
-                          f"{max(delays):.1f} | {missing} |")
-        else:
-            report.append(f"| `{view}` | 0 | - | - | - | {missing} |")
-    after_warmup = [mb for at, mb in memory if at >= args.warmup]
-    if after_warmup:
-        tenth = max(1, len(after_warmup) // 10)
-        first, last = sum(after_warmup[:tenth]) / tenth, sum(after_warmup[-tenth:]) / tenth
-        report += [
-            "",
-            f"Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s, {len(after_warmup)} samples after "
-            f"the warm-up): first tenth {first:,.0f} MB, last tenth {last:,.0f} MB ({last / first:.2f}x), "
-            f"peak {max(after_warmup):,.0f} MB.",
-        ]
+    for run in runs:
+        counted_files = [n for n in run["renamed"] if n >= args.warmup]
+        for view, times in run["seen"].items():
+            delays = [times[n] - run["renamed"][n] for n in counted_files if n in times]
+            missing = len([n for n in counted_files if n not in times])
+            if delays:
+                report.append(f"| {label(run['views'])} | `{view}` | {len(delays)} | {percentile(delays, 0.5):.1f} | "
+                              f"{percentile(delays, 0.95):.1f} | {max(delays):.1f} | {missing} |")
+            else:
+                report.append(f"| {label(run['views'])} | `{view}` | 0 | - | - | - | {missing} |")
+    report += ["", "Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s after the warm-up):", ""]
+    for run in runs:
+        after_warmup = [mb for at, mb in run["memory"] if at >= args.warmup]
+        if after_warmup:
+            tenth = max(1, len(after_warmup) // 10)
+            first, last = sum(after_warmup[:tenth]) / tenth, sum(after_warmup[-tenth:]) / tenth
+            report.append(f"- {label(run['views'])}: {len(after_warmup)} samples, first tenth {first:,.0f} MB, "
+                          f"last tenth {last:,.0f} MB ({last / first:.2f}x), peak {max(after_warmup):,.0f} MB.")
     text = "\n".join(report) + "\n"
     out = ROOT / "benchmarks" / "results" / "freshness.md"
     out.write_text(text)
     print(text)
+
+
+def label(views: str) -> str:
+    return "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(","))
 
 
 if __name__ == "__main__":

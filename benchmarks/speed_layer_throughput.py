@@ -1,12 +1,13 @@
 """Speed-layer throughput, side by side with the native ceiling on the same files.
 
     .venv/bin/python benchmarks/speed_layer_throughput.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
-        [--max-files-per-trigger 1 20]
+        [--max-files-per-trigger 1 20] [--views all revenue_by_category_5m,order_payments]
 
 1. ``lambdalake generate`` lands N events (no corrupt lines, so pyarrow can read every file).
 2. ``lambdalake stream --available-now`` is timed to completion (wall clock, a fresh process:
-   Spark start-up included) with all views on, once per ``--max-files-per-trigger`` value, each
-   on its own copy of the files; events/s = landed lines / seconds. The processing time (first
+   Spark start-up included) once per ``--max-files-per-trigger`` value and ``--views`` set (all
+   views, or only those named: ``stream --views``), each on its own copy of the files;
+   events/s = landed lines / seconds. The processing time (first
    micro-batch start to last end, from Spark's progress) is reported beside it.
 3. The native ceiling, in the same run: pyarrow reads each JSON Lines file and writes Parquet.
 Where the stream's time went comes from ``stream_metrics`` (Spark's durationMs per batch).
@@ -73,13 +74,18 @@ def stream_breakdown(home: Path) -> dict[str, float]:
     return {**{f"{q}.batches": n for q, n in batches.items()}, **dict(totals)}
 
 
-def stream_run(landing: Path, home: Path, max_files_per_trigger: int) -> dict:
+def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str) -> dict:
     """``lambdalake stream --available-now`` on a copy of the landing zone, in a fresh home."""
     shutil.copytree(landing, home / "landing")  # copy2 keeps the mtimes, so the arrival order
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
-    seconds = run([LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(max_files_per_trigger)], env)
-    return {"files": max_files_per_trigger, "seconds": seconds, "processing": processing_seconds(home),
+    command = [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(max_files_per_trigger)]
+    seconds = run(command + ([] if views == "all" else ["--views", views]), env)
+    return {"files": max_files_per_trigger, "views": views, "seconds": seconds, "processing": processing_seconds(home),
             "breakdown": stream_breakdown(home)}
+
+
+def label(views: str) -> str:
+    return "all views" if views == "all" else "views " + ", ".join(f"`{name}`" for name in views.split(","))
 
 
 def main() -> int:
@@ -89,6 +95,8 @@ def main() -> int:
     parser.add_argument("--file-minutes", type=int, default=60)
     parser.add_argument("--max-files-per-trigger", type=int, nargs="+", default=[1],
                         help="one stream run per value, side by side")
+    parser.add_argument("--views", nargs="+", default=["all"],
+                        help="view sets, `all` or comma-separated names: one stream run per set (and per files value)")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
     args = parser.parse_args()
 
@@ -104,7 +112,8 @@ def main() -> int:
         size = sum(p.stat().st_size for p in (home / "landing").glob("*/*.jsonl"))
 
         native_seconds = native_ceiling(home / "landing", Path(scratch) / "native")
-        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}", n) for n in args.max_files_per_trigger]
+        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}", n, views)
+                for n in args.max_files_per_trigger for number, views in enumerate(args.views)]
 
     native_rate = lines / native_seconds
     report = [
@@ -112,7 +121,7 @@ def main() -> int:
         "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z on {platform.node()}: {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.",
-        f"Input: {lines:,} events in {files} files ({size / 1e6:.1f} MB), all five topics, all views on.",
+        f"Input: {lines:,} events in {files} files ({size / 1e6:.1f} MB), all five topics.",
         "",
         "| what | seconds | events/s | vs native |",
         "|---|---:|---:|---:|",
@@ -120,7 +129,7 @@ def main() -> int:
     for result in runs:
         wall, work = lines / result["seconds"], lines / result["processing"]
         report += [
-            f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, wall clock "
+            f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, {label(result['views'])}, wall clock "
             f"(JVM and Spark start-up included) | {result['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
             f"| the same run, first micro-batch start to last end | {result['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
         ]
@@ -129,8 +138,8 @@ def main() -> int:
         "",
         "Where each run's time went (Spark `durationMs` summed over micro-batches, seconds; queries run concurrently):",
         "",
-        "| files per micro-batch | query | micro-batches | addBatch s | s per micro-batch | triggerExecution s |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| files per micro-batch | views | query | micro-batches | addBatch s | s per micro-batch | triggerExecution s |",
+        "|---:|---|---|---:|---:|---:|---:|",
     ]
     for result in runs:
         breakdown = result["breakdown"]
@@ -138,7 +147,7 @@ def main() -> int:
             batches = breakdown.get(f"{query}.batches", 0)
             added = breakdown.get(f"{query}.addBatch", 0.0)
             report.append(
-                f"| {result['files']} | {query} | {batches:.0f} | {added:.1f} | {added / max(batches, 1):.2f} | "
+                f"| {result['files']} | {label(result['views'])} | {query} | {batches:.0f} | {added:.1f} | {added / max(batches, 1):.2f} | "
                 f"{breakdown.get(f'{query}.triggerExecution', 0.0):.1f} |"
             )
     report.append("")

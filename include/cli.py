@@ -114,8 +114,10 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from include.accounting import ingest_totals
+    from include.views import speed_views
     from speed_layer.runner import StreamFailed, run_stream
 
+    speed_views(settings)  # an unknown view name is a usage error, before Spark starts
     try:
         store = run_stream(settings, available_now=args.available_now, show_progress=args.available_now)
     except StreamFailed as exc:
@@ -268,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--trigger-interval", help="micro-batch interval when running continuously (default 5s)")
     stream.add_argument("--max-files-per-trigger", type=positive(int), help="landing files per topic per micro-batch")
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
+    stream.add_argument("--views", metavar="VIEW,...", help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
+                        "the others are served from the batch layer alone")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(
@@ -343,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "trigger_interval": getattr(args, "trigger_interval", None),
         "max_files_per_trigger": getattr(args, "max_files_per_trigger", None),
         "event_source": getattr(args, "source", None),
+        "speed_views": getattr(args, "views", None),
     }
     from include.lakehouse.base import LakehouseError
 

@@ -75,6 +75,8 @@ class Settings(BaseSettings):
     # Speed layer.
     event_source: Literal["landing", "kafka", "rate"] = "landing"
     max_files_per_trigger: int = Field(default=1, ge=1)
+    # Comma-separated; the views left out are served from the batch layer alone (see README).
+    speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     trigger_interval: timedelta = Field(default=timedelta(seconds=5))
     kafka_bootstrap_servers: str = "localhost:9092"

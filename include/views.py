@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.alerts import announce_alerts
-from include.config import spark_interval
+from include.config import ConfigError, Settings, spark_interval
 from include.registry import Differences, ViewContext, ViewSpec, best_per_key
 
 if TYPE_CHECKING:
@@ -462,5 +462,17 @@ VIEWS += [
     ),
 ]
 VIEWS_BY_NAME: dict[str, ViewSpec] = {view.name: view for view in VIEWS}
+
+
+def speed_views(settings: Settings) -> list[ViewSpec]:
+    """The views the speed layer maintains (``LAMBDALAKE_SPEED_VIEWS``, default all), in registry order."""
+    names = [name.strip() for name in settings.speed_views.split(",") if name.strip()]
+    unknown = [name for name in names if name not in VIEWS_BY_NAME]
+    if unknown:
+        raise ConfigError(f"invalid setting LAMBDALAKE_SPEED_VIEWS={settings.speed_views}: unknown view "
+                          f"{', '.join(map(repr, unknown))} (views: {', '.join(VIEWS_BY_NAME)})")
+    return [view for view in VIEWS if not names or view.name in names]
+
+
 # Nightly data quality: the same orders must appear in both order views.
 CONSISTENT_METRICS = [(("revenue_by_category_5m", "orders"), ("order_payments", "rows"))]

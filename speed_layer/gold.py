@@ -16,7 +16,7 @@ from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
-from include.views import VIEWS
+from include.views import speed_views
 from speed_layer.ingest import feed_schema, record_column
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
 
 
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
-    """A streaming query per view of the registry, by query name."""
-    return {query_name(view): view_writer(spark, settings, store, view) for view in VIEWS}
+    """A streaming query per view the speed layer maintains, by query name."""
+    return {query_name(view): view_writer(spark, settings, store, view) for view in speed_views(settings)}
 
 
 __all__ = ["gold_writers", "query_name"]

@@ -35,7 +35,7 @@ from include.lakehouse import LakehouseStore, Txn
 from include.parsing import parse_topic
 from include.registry import input_topics
 from include.schemas import TOPICS
-from include.views import VIEWS, first_copies
+from include.views import VIEWS, first_copies, speed_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -103,6 +103,7 @@ class IngestBatch:
 
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
+        self.feed_topics = input_topics(speed_views(settings))  # what the Gold queries will read
         for topic in topics:
             store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
         store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
@@ -170,7 +171,7 @@ class IngestBatch:
             appends[tables.DLQ] = self._dlq_rows(batch)
         if any(count["late_rows"] for count in counts.values()):
             appends[tables.LATE_EVENTS] = self._late_rows(batch)
-        feed_topics = [t for t in FEED_TOPICS if counts.get(t, {}).get("silver_rows")]
+        feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
         with ThreadPoolExecutor(max_workers=len(appends) + 1, thread_name_prefix="ingest-write") as pool:

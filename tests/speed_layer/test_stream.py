@@ -52,6 +52,16 @@ def test_every_registered_view_has_a_speed_query(spark, settings):
 
     writers = gold.gold_writers(spark, settings, open_store(settings, spark))
     assert sorted(writers) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME)
+    chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
+    assert list(gold.gold_writers(spark, chosen, open_store(chosen, spark))) == ["speed_order_payments", "speed_alerts"]
+
+
+def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, capsys):
+    from include.cli import main
+
+    assert main(["stream", "--home", str(settings.home), "--views", "order_payments,sessions"]) == 2
+    assert "unknown view 'sessions' (views: revenue_by_category_5m, order_payments" in capsys.readouterr().err
+    assert not settings.checkpoints_dir.exists()
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
@@ -78,7 +88,8 @@ def test_join_paid_unpaid_pending(spark, settings, land):
     land("payments", "0002", [payment("p9", "o9", 25, hour=11)])
     land("orders", "0003", [order("o3", 30, hour=11)])  # window open until 12:30
     land("payments", "0003", [payment("p2", "o2", 20)])  # behind the payments watermark (11:15)
-    store = run_stream(settings, available_now=True)
+    store = run_stream(settings.model_copy(update={"speed_views": "order_payments"}), available_now=True)
+    assert not store.exists(SPEED_REVENUE)  # left to the batch layer
 
     assert [(r["topic"], r["event_id"]) for r in store.read(tables.LATE_EVENTS).collect()] == [("payments", "p2")]
     speed = store.read(SPEED_ORDER_PAYMENTS)
