@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--trigger-interval", type=float, default=1.0)
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
+    parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "freshness.md")
     args = parser.parse_args()
     runs = [measure(args, views) for views in args.views]
 
@@ -228,8 +229,7 @@ def main() -> None:
             report.append(f"- {label(run['views'])}: {len(after_warmup)} samples, first tenth {first:,.0f} MB, "
                           f"last tenth {last:,.0f} MB ({last / first:.2f}x), peak {max(after_warmup):,.0f} MB.")
     text = "\n".join(report) + "\n"
-    out = ROOT / "benchmarks" / "results" / "freshness.md"
-    out.write_text(text)
+    args.report.write_text(text)
     print(text)
 
 
