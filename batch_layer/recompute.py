@@ -2,7 +2,8 @@
 
 The same parser, the same dedup rule and the same view definitions as the speed layer (every
 view of the registry), applied to the full history without a watermark: late events count,
-distinct counts are exact. Each view's partition for the day is replaced as a whole, so a rerun
+distinct counts are exact. A dimension is rebuilt from its inputs' whole history up to the day's
+end and stored under the day (the snapshot serving merges with the stream's later changes). Each view's partition for the day is replaced as a whole, so a rerun
 gives the same table.
 """
 
@@ -19,7 +20,8 @@ from include.lakehouse import LakehouseStore
 from include import tables
 from include.parsing import parse_topic
 from include.registry import ViewContext
-from include.views import VIEWS, first_copies
+from include.schemas import TOPICS
+from include.views import VIEWS, VIEWS_BY_NAME, first_copies
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -27,21 +29,27 @@ if TYPE_CHECKING:
 
 def events(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> DataFrame:
     """A topic's valid events of the given event days, parsed from Bronze, one row per event id
-    (the copy the stream kept)."""
-    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days)
+    (the copy the stream kept): its typed fields, event time and arrival time, as the speed
+    layer's feeds hold them."""
+    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
     bronze = store.read(tables.bronze(topic)).where(f"event_date IN ({wanted})")
     parsed = parse_topic(bronze, topic, settings.max_line_bytes).where("reason IS NULL")
-    return first_copies(parsed, ["event_id"]).select("record.*")
+    extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
+    return first_copies(parsed, ["event_id"]).select("record.*", *extra, "arrived_at")
 
 
 def batch_views(store: LakehouseStore, settings: Settings, day: date) -> dict[str, DataFrame]:
-    """The day's exact rows of every view, by batch table name."""
+    """The day's exact rows of every view, by batch table name; a dimension as of the day's end."""
     context = ViewContext(settings, exact=True)
-    inputs = {topic: events(store, settings, topic, days) for topic, days in input_days(settings, day).items()}
-    return {
-        view.batch_table: view.define({topic: inputs[topic] for topic in view.inputs}, context).where(F.col("date") == F.lit(day))
-        for view in VIEWS
-    }
+    inputs = {topic: events(store, settings, topic, days) for topic, days in input_days(store, settings, day).items()}
+    computed: dict[str, DataFrame] = {}
+    for view in VIEWS:  # registry order: a dimension before the views that look it up
+        given = {topic: inputs[topic] for topic in view.inputs} | {name: computed[name] for name in view.lookups}
+        rows = view.define(given, context)
+        if view.kind == "dimension":
+            rows = rows.withColumn("date", F.lit(day))
+        computed[view.name] = rows.where(F.col("date") == F.lit(day))
+    return {VIEWS_BY_NAME[name].batch_table: rows for name, rows in computed.items()}
 
 
 def ensure_batch_tables(store: LakehouseStore) -> None:

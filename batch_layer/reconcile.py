@@ -2,29 +2,33 @@
 
 One row per (view, day, metric) into ``reconciliation``, for every metric each view declares;
 a view that declares differences (order_payments: ``late_matches_recovered``; alerts: missed and
-unconfirmed per kind) also gets them counted and kept in their own table.
+unconfirmed per kind; revenue_by_segment_1h: orders enriched differently; the dimensions:
+differing customers) also gets them counted and kept in their own table. A dimension is compared
+as of the day's end: the speed rows not changed since against the batch's rebuild.
 """
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
 from include import tables
 from include.lakehouse import LakehouseStore
-from include.registry import ViewSpec
+from include.registry import ViewSpec, dimension_as_of
 from include.views import VIEWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+def _all(store: LakehouseStore, table: str, view: ViewSpec) -> DataFrame:
+    return store.read(table) if store.exists(table) else store.spark.createDataFrame([], view.schema)
+
+
 def _day(store: LakehouseStore, table: str, view: ViewSpec, day: date) -> DataFrame:
-    if not store.exists(table):
-        return store.spark.createDataFrame([], view.schema)
-    return store.read(table).where(F.col("date") == F.lit(day))
+    return _all(store, table, view).where(F.col("date") == F.lit(day))
 
 
 def _measure(rows: DataFrame, view: ViewSpec) -> dict[str, float]:
@@ -37,7 +41,13 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
     computed_at = datetime.now(timezone.utc)
     rows = []
     for view in VIEWS:
-        speed, batch = _day(store, view.speed_table, view, day), _day(store, view.batch_table, view, day)
+        batch = _day(store, view.batch_table, view, day)
+        if view.kind == "dimension":  # the speed's state as of the day's end, against the rebuild
+            cut = datetime.combine(day + timedelta(days=1), time.min, timezone.utc)
+            speed = _all(store, view.speed_table, view).withColumn("date", F.lit(day))
+            speed, batch = dimension_as_of(view, speed, batch, cut)
+        else:
+            speed = _day(store, view.speed_table, view, day)
         speed_values, batch_values = _measure(speed, view), _measure(batch, view)
         for metric in view.metrics:
             rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))

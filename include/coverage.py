@@ -20,21 +20,31 @@ from include.lakehouse import LakehouseStore
 from include.views import VIEWS
 
 
-def input_days(settings: Settings, day: date) -> dict[str, list[date]]:
-    """Per topic, the event days some view reads to rebuild ``day``."""
+def input_days(store: LakehouseStore, settings: Settings, day: date) -> dict[str, list[date]]:
+    """Per topic, the event days some view reads to rebuild ``day``: a dimension reads its
+    inputs' whole history up to the day's end."""
     needed: dict[str, set[date]] = {}
     for view in VIEWS:
         for topic in view.inputs:
-            needed.setdefault(topic, set()).update(view.input_days(topic, day, settings))
+            if view.kind == "dimension":
+                days = [landed for landed in bronze_row_counts(store, topic) if landed is not None and landed <= day]
+            else:
+                days = view.input_days(topic, day, settings)
+            needed.setdefault(topic, set()).update(days)
     return {topic: sorted(days) for topic, days in needed.items()}
+
+
+def bronze_row_counts(store: LakehouseStore, topic: str) -> dict[date | None, int]:
+    """Bronze rows of a topic per event day."""
+    table = tables.bronze(topic)
+    return store.partition_row_counts(table, "event_date") if store.exists(table) else {}
 
 
 def bronze_fingerprint(store: LakehouseStore, settings: Settings, day: date) -> dict[str, int]:
     """Bronze rows per input topic and event day that the day's views read."""
     fingerprint = {}
-    for topic, days in input_days(settings, day).items():
-        table = tables.bronze(topic)
-        counts = store.partition_row_counts(table, "event_date") if store.exists(table) else {}
+    for topic, days in input_days(store, settings, day).items():
+        counts = bronze_row_counts(store, topic)
         for needed in days:
             fingerprint[f"{topic}:{needed.isoformat()}"] = counts.get(needed, 0)
     return fingerprint

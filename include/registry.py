@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -33,15 +33,16 @@ def struct(fields: str) -> StructType:
     from pyspark.sql import types as T
 
     spark_types = {
-        "string": T.StringType, "double": T.DoubleType, "bigint": T.LongType, "int": T.IntegerType,
-        "boolean": T.BooleanType, "date": T.DateType, "timestamp": T.TimestampType,
+        "string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType(), "int": T.IntegerType(),
+        "boolean": T.BooleanType(), "date": T.DateType(), "timestamp": T.TimestampType(),
     }
+    spark_types |= {f"array<{name}>": T.ArrayType(kind) for name, kind in list(spark_types.items())}
     parsed = []
     for declared in fields.split(","):
         name, kind = declared.split()
         if kind not in spark_types:
             raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}")
-        parsed.append(T.StructField(name, spark_types[kind]()))
+        parsed.append(T.StructField(name, spark_types[kind]))
     return T.StructType(parsed)
 
 
@@ -89,6 +90,9 @@ class Differences:
     extra_fields: str  # columns besides the view's own, ``"name type, …"``
     rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> differing rows
     metrics: Mapping[str, str]  # reconciliation metric -> SQL aggregate over those rows
+    # False: the rows are not view rows (e.g. one per order of an aggregate); ``extra_fields``
+    # are all their columns, ``date date`` last.
+    view_fields: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,17 @@ class ViewSpec:
     # micro-batch's transaction id, before they are stored (a replay calls it again for rows it
     # did not get to store).
     announce: Callable[[Settings, list[dict], Txn], None] | None = None
+    # "fact": rows of event-time days (the per-day merge rule). "dimension": a state built from
+    # its inputs' whole history, late changes included; the batch rebuilds it as of the day's end
+    # (stored under that ``date``) and serving takes, per key, the speed row when it changed after
+    # the last batch-covered day, else the batch row (:func:`dimension_as_of`). Its ``key_time``
+    # is an SQL expression: when the row last changed.
+    kind: Literal["fact", "dimension"] = "fact"
+    # Dimension views the definition joins, handed to it by name: the speed layer's table as it
+    # stands at each micro-batch, or the batch's rebuild for the day.
+    lookups: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()  # stored columns that serving does not show
+    served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
 
     @property
     def speed_table(self) -> str:
@@ -135,11 +150,17 @@ class ViewSpec:
 
     @property
     def differences_schema(self) -> StructType:
-        return struct(f"{self.fields}, {self.differences.extra_fields}")
+        extra = self.differences.extra_fields
+        return struct(f"{self.fields}, {extra}" if self.differences.view_fields else extra)
 
     @property
     def columns(self) -> list[str]:
-        """The served columns (the stored ones without the ``date`` partition)."""
+        """The served columns (the stored ones without the ``date`` partition and hidden ones)."""
+        return [name for name in column_names(self.fields) if name != "date" and name not in self.hidden]
+
+    @property
+    def compared(self) -> list[str]:
+        """The stored columns two layers' rows must agree on."""
         return [name for name in column_names(self.fields) if name != "date"]
 
     def input_days(self, topic: str, day: date, settings: Settings) -> list[date]:
@@ -153,3 +174,45 @@ class ViewSpec:
 def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:
     """Every topic some view reads, in first-use order."""
     return tuple(dict.fromkeys(topic for view in views for topic in view.inputs))
+
+
+def state_topics(views: list[ViewSpec]) -> tuple[str, ...]:
+    """Topics some dimension reads: a change is state, not a window, so its late events still count."""
+    return input_topics([view for view in views if view.kind == "dimension"])
+
+
+def dimension_as_of(view: ViewSpec, speed: DataFrame, batch: DataFrame, cut: datetime) -> tuple[DataFrame, DataFrame]:
+    """The two layers' rows of a dimension as of ``cut`` (a batch-covered day's end): the speed
+    rows that have not changed since, and the batch rows of keys the speed has not changed since.
+    Serving shows the second and every speed row changed since (``merged_dimension_sql``)."""
+    from pyspark.sql import functions as F
+
+    changed = F.expr(view.key_time) >= F.lit(cut)
+    since = speed.where(changed).select(*view.keys)
+    return speed.where(~changed), batch.join(since, list(view.keys), "left_anti")
+
+
+def rows_that_differ(fields: str, keys: Sequence[str]) -> Callable[[DataFrame, DataFrame], DataFrame]:
+    """``(speed, batch) ->`` the rows of keys on which two sets of a view's rows (``fields``, one
+    ``date``) disagree, a missing row included, each with ``difference``: ``only_speed``,
+    ``only_batch`` or ``values`` (the batch's row is shown)."""
+
+    def differing(speed: DataFrame, batch: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        values = [name for name in column_names(fields) if name not in keys]
+        s = speed.select(*keys, F.struct(*values).alias("_speed"))
+        b = batch.select(*keys, F.struct(*values).alias("_batch"))
+        differ = F.lit(False)
+        for name in values:
+            if name != "date":
+                differ = differ | ~F.col(f"_batch.{name}").eqNullSafe(F.col(f"_speed.{name}"))
+        kind = (F.when(F.col("_batch").isNull(), "only_speed").when(F.col("_speed").isNull(), "only_batch")
+                .when(differ, "values"))
+        shown = {name: F.when(F.col("_batch").isNotNull(), F.col(f"_batch.{name}")).otherwise(F.col(f"_speed.{name}"))
+                 for name in values}
+        return (b.join(s, list(keys), "full_outer").withColumn("difference", kind).where(F.col("difference").isNotNull())
+                .select(*[F.col(name) if name in keys else shown[name].alias(name) for name in column_names(fields)],
+                        "difference"))
+
+    return differing

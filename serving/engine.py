@@ -3,7 +3,8 @@
 Each Delta table's current snapshot is copied into DuckDB (no Spark) and kept current by
 :meth:`ServingEngine.refresh`. The merged views follow ARCHITECTURE.md's merge rule: a row comes
 from the batch view when its day is batch-covered, otherwise from the speed view, and carries
-``source``. The database is read-only for users: one SELECT/WITH statement per query; file
+``source`` (a dimension: the batch's rebuild as of the last covered day, overlaid with the keys
+the stream changed since). The database is read-only for users: one SELECT/WITH statement per query; file
 access, ATTACH, COPY and configuration changes are disabled before any user SQL runs. The CLI
 and the HTTP API both go through :meth:`ServingEngine.query`.
 """
@@ -29,13 +30,29 @@ from include.views import VIEWS
 
 
 
-def merged(columns: list[str], batch: str, speed: str) -> str:
-    """The merge rule: batch rows of covered days, speed rows of the other days."""
-    listed = ", ".join(columns)
-    return f"""
-        SELECT {listed}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage)
+def merged(view: ViewSpec, batch: str, speed: str) -> str:
+    """The merge rule: batch rows of covered days, speed rows of the other days. A dimension:
+    the batch's rebuild as of the last covered day's end, except the keys whose speed row
+    changed after it, which come from the speed side."""
+    listed = ", ".join(view.columns)
+    shown = f"({view.served_when})" if view.served_when else "true"
+    if view.kind == "fact":
+        return f"""
+        SELECT {listed}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage) AND {shown}
         UNION ALL
-        SELECT {listed}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage)
+        SELECT {listed}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage) AND {shown}
+    """
+    same_key = " AND ".join(f"fresh.{key} = kept.{key}" for key in view.keys)
+    return f"""
+        WITH last_covered AS (SELECT max(date) AS day FROM _coverage),
+        fresh AS (
+            SELECT * FROM {speed}
+            WHERE (SELECT day FROM last_covered) IS NULL OR {view.key_time} >= (SELECT day FROM last_covered) + INTERVAL 1 DAY
+        )
+        SELECT {listed}, 'batch' AS source FROM {batch} AS kept
+        WHERE date = (SELECT day FROM last_covered) AND {shown} AND NOT EXISTS (SELECT 1 FROM fresh WHERE {same_key})
+        UNION ALL
+        SELECT {listed}, 'speed' AS source FROM fresh WHERE {shown}
     """
 
 
@@ -70,7 +87,7 @@ VIEWS_SQL = {
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
-    VIEWS_SQL[_view.name] = merged(_view.columns, batch_relation(_view), speed_relation(_view))
+    VIEWS_SQL[_view.name] = merged(_view, batch_relation(_view), speed_relation(_view))
     if _view.differences:
         SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, _view.differences_schema)
         VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM _{_view.differences.table}"

@@ -3,8 +3,10 @@
 Ingest hands each topic's on-time, deduplicated events to ``feeds/<topic>/`` (one Parquet file
 per micro-batch). One streaming query per view reads its input topics from there with Spark's
 stateful operators (window aggregation, stream-stream join, …) and merges its output into the
-view's speed table with ``(query, batch_id)`` transaction ids. Late events never reach a feed,
-so the Gold views drop exactly what ``late_events`` lists.
+view's speed table with ``(query, batch_id)`` transaction ids. Late events never reach a fact
+view's feed, so those views drop exactly what ``late_events`` lists; a dimension gets its late
+changes too. A view that looks up a dimension joins the dimension's speed table as it stands
+at each micro-batch.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
-from include.views import speed_views
+from include.views import VIEWS_BY_NAME, speed_views
 from speed_layer.ingest import feed_schema, record_column
 
 if TYPE_CHECKING:
@@ -30,20 +32,22 @@ def query_name(view: ViewSpec) -> str:
     return f"speed_{view.name}"
 
 
-def feed_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    """A topic's on-time events as a watermarked stream of its typed fields and event time."""
+def feed_stream(spark: SparkSession, settings: Settings, topic: str, watermarked: bool = True) -> DataFrame:
+    """A topic's fed events as a stream of its typed fields, event time and arrival time,
+    watermarked on event time unless a dimension reads it (a dimension keeps state per key,
+    and its late changes must count)."""
     folder = settings.feeds_dir / topic
     folder.mkdir(parents=True, exist_ok=True)
     fields = TOPICS[topic].schema.fieldNames()
     extra = [] if "event_time" in fields else ["event_time"]
-    return (
+    stream = (
         spark.readStream.schema(feed_schema())
         .option("maxFilesPerTrigger", FEED_FILES_PER_TRIGGER)
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(folder))
-        .select(f"{record_column(topic)}.*", *extra)
-        .withWatermark("event_time", spark_interval(settings.watermark_delay))
+        .select(f"{record_column(topic)}.*", *extra, "arrived_at")
     )
+    return stream.withWatermark("event_time", spark_interval(settings.watermark_delay)) if watermarked else stream
 
 
 class MergeBatch:
@@ -72,14 +76,24 @@ class MergeBatch:
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
     store.ensure_table(view.speed_table, view.schema, ["date"])
-    inputs = {topic: feed_stream(spark, settings, topic) for topic in view.inputs}
+    inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
+    for name in view.lookups:
+        looked_up = VIEWS_BY_NAME[name]
+        store.ensure_table(looked_up.speed_table, looked_up.schema, ["date"])
+        inputs[name] = store.read_latest(looked_up.speed_table, looked_up.schema)
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
     return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
 
 
-def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
-    """A streaming query per view the speed layer maintains, by query name."""
-    return {query_name(view): view_writer(spark, settings, store, view) for view in speed_views(settings)}
+def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
+    """A streaming query per view the speed layer maintains, by query name, in two phases: the
+    dimensions, then the views that may look them up (``--available-now`` runs the phases one
+    after the other, so a backlog's orders are enriched with every change landed before them)."""
+    views = speed_views(settings)
+    return [
+        {query_name(view): view_writer(spark, settings, store, view) for view in views if view.kind == kind}
+        for kind in ("dimension", "fact")
+    ]
 
 
 __all__ = ["gold_writers", "query_name"]

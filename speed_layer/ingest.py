@@ -12,7 +12,8 @@ from the accounting of earlier batches and the dedup state from Spark's checkpoi
 Rules (ARCHITECTURE.md): a topic's watermark is the max event time seen in earlier micro-batches
 minus the watermark delay; an event at or behind it is *late*: kept in Silver (flagged), listed
 in ``late_events`` and left out of the Gold feeds, so the speed views leave out exactly what
-``late_events`` lists.
+``late_events`` lists. Dimensions are the exception: a change is state, not a window, so a late
+CDC change is listed and still fed (sequenced by ``ts_ms`` in the view).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.parsing import parse_topic
-from include.registry import input_topics
+from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.views import VIEWS, first_copies, speed_views
 
@@ -43,8 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUERY = "speed_ingest"
-# Topics whose on-time events the Gold queries read.
+# Topics whose on-time events the Gold queries read; late ones too for topics a dimension reads.
 FEED_TOPICS = input_topics(VIEWS)
+STATE_TOPICS = state_topics(VIEWS)
 DLQ_RAW_LIMIT = 8192
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -55,9 +57,11 @@ def record_column(topic: str) -> str:
 
 
 def feed_schema() -> StructType:
-    """Feed files: each feed topic's typed record (null on other topics' rows) and event time."""
+    """Feed files: each feed topic's typed record (null on other topics' rows), event time and
+    arrival time."""
     fields = [StructField(record_column(t), tables.nullable(TOPICS[t].schema)) for t in FEED_TOPICS]
-    return StructType([*fields, *(f for f in tables.silver_schema(FEED_TOPICS[0]).fields if f.name == "event_time")])
+    times = [f for f in tables.silver_schema(FEED_TOPICS[0]).fields if f.name in ("event_time", "arrived_at")]
+    return StructType([*fields, *times])
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
@@ -221,12 +225,14 @@ class IngestBatch:
         )
 
     def _write_feeds(self, batch: DataFrame, batch_id: int, topics: list[str]) -> None:
-        """One Parquet file per feed topic and batch, named by batch id: a replay replaces it."""
+        """One Parquet file per feed topic and batch, named by batch id: a replay replaces it. A
+        topic a dimension reads gets its late events too (they are still listed in late_events)."""
         if not topics:
             return
         staging = self.settings.feeds_dir / "_staging" / f"{batch_id:012d}"
         shutil.rmtree(staging, ignore_errors=True)
-        on_time = batch.where(F.col("topic").isin(*topics) & F.col("reason").isNull() & ~F.col("is_late"))
+        wanted = ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
+        on_time = batch.where(F.col("topic").isin(*topics) & F.col("reason").isNull() & wanted)
         columns = [field.name for field in feed_schema().fields]
         on_time.select("topic", *columns).repartition("topic").write.partitionBy("topic").parquet(str(staging))
         for topic in topics:
@@ -239,4 +245,4 @@ class IngestBatch:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-__all__ = ["FEED_TOPICS", "QUERY", "IngestBatch", "feed_schema", "parsed_events", "record_column"]
+__all__ = ["FEED_TOPICS", "QUERY", "STATE_TOPICS", "IngestBatch", "feed_schema", "parsed_events", "record_column"]

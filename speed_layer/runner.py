@@ -2,7 +2,8 @@
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
 queries (in micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance
-between them), then one Gold query per view over the feeds ingest wrote. Otherwise all queries
+between them), then one Gold query per view over the feeds ingest wrote: the dimensions first,
+then the views that look them up. Otherwise all queries
 run continuously on a processing-time trigger until SIGTERM/SIGINT, which stops them after their
 current micro-batch.
 """
@@ -151,10 +152,12 @@ def run_stream(
             finally:
                 if progress:
                     progress.close()
-            if not stop.is_set():
-                _supervise([_start(settings, w, name, True) for name, w in gold.items()], metrics, stop)
+            for phase in gold:
+                if not stop.is_set():
+                    _supervise([_start(settings, w, name, True) for name, w in phase.items()], metrics, stop)
         else:
-            queries = [_start(settings, w, name, False) for name, w in {**ingesting, **gold}.items()]
+            writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
+            queries = [_start(settings, w, name, False) for name, w in writers.items()]
             _supervise(queries, metrics, stop)
     finally:
         metrics.flush()

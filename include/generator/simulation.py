@@ -52,6 +52,15 @@ OVERHEAT_SHARE, OVERHEAT_RANGE = 0.001, (81.0, 95.0)
 # within a few minutes (more than the default limit of 5 in a 5-minute window, unless the
 # burst straddles a window boundary).
 BURSTS_PER_100_ORDERS, BURST_ORDERS, BURST_MINUTES = 1.0, (6, 8), 4.0
+# Customer CDC (customers, customers_history, revenue_by_segment_1h): per hour this share of the
+# customers changes; of the changes, creates (some re-creating a deleted customer) and deletes,
+# the rest a segment change followed 20 s later by an e-mail change, the older one landing after
+# the newer one in a share of pairs. Customers order before and after their changes; some
+# visitors check out as guests, unknown to the dimension.
+CUSTOMER_CHANGES_PER_HOUR = 0.01
+CREATE_SHARE, RECREATE_SHARE, DELETE_SHARE = 0.15, 0.4, 0.05
+OUT_OF_ORDER_SHARE = 0.3
+GUEST_SHARE = 0.03
 # How much later than ``late_beyond`` past the watermark delay a late event lands.
 LATE_MARGIN_MINUTES = (1.0, 30.0)
 
@@ -127,6 +136,7 @@ class Simulator:
     rng: random.Random = field(init=False)
     products: list[tuple[str, str, float]] = field(init=False)
     customers: dict[str, dict] = field(init=False, default_factory=dict)
+    deleted: list[str] = field(init=False, default_factory=list)
     next_customer: int = field(init=False, default=1)
     _ids: int = field(init=False, default=0)
 
@@ -188,26 +198,29 @@ class Simulator:
                 moment = start + timedelta(milliseconds=self.next_customer)
                 events.append(self._cdc("r", moment, None, self.customers[customer_id]))
         hours = (end - start).total_seconds() / 3600
-        # About 1% of customers change per hour.
-        for _ in range(self._count(hours * self.options.customers / 100)):
+        for _ in range(self._count(hours * self.options.customers * CUSTOMER_CHANGES_PER_HOUR)):
             moment = self._uniform_time(start, end)
             roll = self.rng.random()
-            if roll < 0.15 or not self.customers:
-                customer_id = f"C{self.next_customer:05d}"
-                self.next_customer += 1
+            if roll < CREATE_SHARE or not self.customers:
+                if self.deleted and self.rng.random() < RECREATE_SHARE:
+                    customer_id = self.deleted.pop(self.rng.randrange(len(self.deleted)))
+                else:
+                    customer_id = f"C{self.next_customer:05d}"
+                    self.next_customer += 1
                 self.customers[customer_id] = self._customer_row(customer_id)
                 events.append(self._cdc("c", moment, None, self.customers[customer_id]))
-            elif roll < 0.20:
+            elif roll < CREATE_SHARE + DELETE_SHARE:
                 customer_id = self.rng.choice(sorted(self.customers))
+                self.deleted.append(customer_id)
                 events.append(self._cdc("d", moment, self.customers.pop(customer_id), None))
             else:
                 customer_id = self.rng.choice(sorted(self.customers))
                 before = self.customers[customer_id]
-                first = {**before, "segment": self.rng.choice(SEGMENTS)}
+                first = {**before, "segment": self.rng.choice([s for s in SEGMENTS if s != before["segment"]])}
                 second = {**first, "email": f"new.{customer_id}.{self.rng.randint(1, 999)}@example.com".lower()}
                 update_1 = self._cdc("u", moment, before, first)
                 update_2 = self._cdc("u", moment + timedelta(seconds=20), first, second)
-                if self.rng.random() < 0.3:  # the older change lands after the newer one
+                if self.rng.random() < OUT_OF_ORDER_SHARE:  # the older change lands after the newer one
                     update_1.arrival = update_2.arrival + timedelta(seconds=self.rng.uniform(1, 60))
                 self.customers[customer_id] = second
                 events += [update_1, update_2]
@@ -222,7 +235,7 @@ class Simulator:
         user_ids = sorted(self.customers) or ["C00001"]
         events: list[Event] = []
         for _ in range(sessions):
-            user_id = self.rng.choice(user_ids)
+            user_id = f"G{self.rng.randrange(10_000):04d}" if self.rng.random() < GUEST_SHARE else self.rng.choice(user_ids)
             visit = self._visit(user_id, self._uniform_time(start, end))
             events += visit
             if self.rng.random() < RETURN_VISIT_SHARE:

@@ -152,6 +152,83 @@ def alerts(readings: list[Event], orders: list[Event], temperature_limit: float,
     return sorted(rows, key=lambda r: r["alert_id"])
 
 
+CUSTOMER_COLUMNS = ("customer_id", "name", "email", "segment", "country", "updated_at")
+CUSTOMER_HISTORY_COLUMNS = ("customer_id", "name", "email", "segment", "country", "valid_from", "valid_to", "is_current")
+SEGMENT_COLUMNS = ("window_start", "window_end", "segment", "revenue", "orders")
+ORDER_SEGMENT_COLUMNS = ("order_id", "user_id", "order_time", "amount", "segment_at_order", "segment_at_end", "late")
+UNKNOWN_SEGMENT = "unknown"
+
+
+def customer_versions(changes: list[Event]) -> dict[str, list[dict]]:
+    """Per customer, its changes in ``ts_ms`` order (equal ``ts_ms``: the later arrival only),
+    each with the time the next one replaced it."""
+    by_customer: dict[str, list[Event]] = defaultdict(list)
+    for event in changes:
+        image = event.payload["after"] or event.payload["before"]
+        by_customer[image["customer_id"]].append(event)
+    versions = {}
+    for customer, events in by_customer.items():
+        events.sort(key=lambda e: (e.payload["ts_ms"], e.arrival))
+        kept = [e for i, e in enumerate(events) if i + 1 == len(events) or events[i + 1].payload["ts_ms"] != e.payload["ts_ms"]]
+        versions[customer] = [
+            {"op": e.payload["op"], "image": e.payload["after"] or e.payload["before"], "from": e.event_time,
+             "to": kept[i + 1].event_time if i + 1 < len(kept) else None}
+            for i, e in enumerate(kept)
+        ]
+    return versions
+
+
+def customers(versions: dict[str, list[dict]]) -> list[dict]:
+    """SCD1: each customer's last change, unless it is a delete."""
+    rows = []
+    for customer, changes in sorted(versions.items()):
+        last = changes[-1]
+        if last["op"] != "d":
+            rows.append({**{k: last["image"][k] for k in CUSTOMER_COLUMNS[:5]}, "updated_at": iso_utc(last["from"])})
+    return rows
+
+
+def customers_history(versions: dict[str, list[dict]]) -> list[dict]:
+    """SCD2: a version per change but deletes, valid until the next change."""
+    return [
+        {**{k: change["image"][k] for k in CUSTOMER_COLUMNS[:5]}, "valid_from": iso_utc(change["from"]),
+         "valid_to": iso_utc(change["to"]) if change["to"] else None, "is_current": change["to"] is None}
+        for customer, changes in sorted(versions.items()) for change in changes if change["op"] != "d"
+    ]
+
+
+def segment_at(versions: dict[str, list[dict]], customer: str, moment: datetime | None) -> str:
+    """The customer's segment at ``moment`` (None: after every change), or ``unknown``."""
+    for change in reversed(versions.get(customer, [])):
+        if moment is None or change["from"] <= moment:
+            return UNKNOWN_SEGMENT if change["op"] == "d" else change["image"]["segment"] or UNKNOWN_SEGMENT
+    return UNKNOWN_SEGMENT
+
+
+def order_segments(orders: list[Event], versions: dict[str, list[dict]]) -> list[dict]:
+    """Each order's segment at its time (the batch's point-in-time join) and after every change
+    (what the stream joins once its dimension has applied every change, as in one
+    ``--available-now`` run)."""
+    return [
+        {"order_id": o.event_id, "user_id": o.payload["user_id"], "order_time": iso_utc(o.event_time),
+         "amount": o.payload["amount"], "segment_at_order": segment_at(versions, o.payload["user_id"], o.event_time),
+         "segment_at_end": segment_at(versions, o.payload["user_id"], None), "late": o.late}
+        for o in sorted(orders, key=lambda o: (o.event_time, o.event_id))
+    ]
+
+
+def revenue_by_segment_1h(enriched: list[dict]) -> list[dict]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for order in enriched:
+        groups[(order["order_time"][:13], order["segment_at_order"])].append(order)
+    rows = []
+    for (hour, segment), members in sorted(groups.items()):
+        start = datetime.fromisoformat(hour + ":00:00+00:00")
+        rows.append({"window_start": iso_utc(start), "window_end": iso_utc(start + timedelta(hours=1)), "segment": segment,
+                     "revenue": round(sum(o["amount"] for o in members), 2), "orders": len(members)})
+    return rows
+
+
 def in_layers(everything: list[dict], on_time: list[dict], key: tuple[str, ...]) -> list[dict]:
     """Rows of both computations, flagged by which one holds them (identical rows match)."""
     def ident(row: dict) -> tuple:
@@ -195,6 +272,14 @@ def order_payments(orders: list[Event], payments: list[Event], join_window: time
             }
         )
     return rows
+
+
+def _by_customer(changes: list[Event]) -> dict[str, list[Event]]:
+    """Each customer's changes in ``ts_ms`` order."""
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for event in sorted(changes, key=lambda e: e.payload["ts_ms"]):
+        grouped[(event.payload["after"] or event.payload["before"])["customer_id"]].append(event)
+    return grouped
 
 
 def topic_counts(events: list[Event], lines: list[Line]) -> dict[str, dict]:
@@ -264,6 +349,15 @@ def write_truth(
         ("alert_id",),
     )
     _write_csv(folder / "alerts.csv", ALERT_COLUMNS, raised)
+    versions = customer_versions(by_topic["customers_cdc"])
+    dimension, history = customers(versions), customers_history(versions)
+    enriched = order_segments(by_topic["orders"], versions)
+    by_segment = revenue_by_segment_1h(enriched)
+    _write_csv(folder / "customers.csv", CUSTOMER_COLUMNS, dimension)
+    _write_csv(folder / "customers_history.csv", CUSTOMER_HISTORY_COLUMNS, history)
+    _write_csv(folder / "order_segments.csv", ORDER_SEGMENT_COLUMNS, enriched)
+    _write_csv(folder / "revenue_by_segment_1h.csv", SEGMENT_COLUMNS, by_segment)
+    moved = [o for o in enriched if not o["late"] and o["segment_at_order"] != o["segment_at_end"]]
     late = sorted((e for e in events if e.late), key=lambda e: (e.topic, e.event_time, e.event_id))
     _write_csv(
         folder / "late_events.csv",
@@ -304,6 +398,26 @@ def write_truth(
             kind: sum(row["in_batch"] for row in raised if row["kind"] == kind)
             for kind in ("high_temperature", "temperature_anomaly", "order_velocity")
         } | {"missed_by_stream": sum(row["in_batch"] and not row["in_stream"] for row in raised)},
+        "customers": {
+            "rows": len(dimension),
+            "deleted": sum(changes[-1]["op"] == "d" for changes in versions.values()),
+            "segment_changes": sum(a["image"]["segment"] != b["image"]["segment"] and "d" not in (a["op"], b["op"])
+                                   for changes in versions.values() for a, b in zip(changes, changes[1:])),
+            "recreated": sum(a["op"] == "d" and b["op"] != "d" for changes in versions.values() for a, b in zip(changes, changes[1:])),
+            "out_of_order": sum(
+                later.arrival < earlier.arrival
+                for changes in _by_customer(by_topic["customers_cdc"]).values() for earlier, later in zip(changes, changes[1:])),
+        },
+        "customers_history": {"rows": len(history), "current": sum(row["is_current"] for row in history)},
+        "revenue_by_segment_1h": {
+            "rows": len(by_segment),
+            "revenue": round(sum(row["revenue"] for row in by_segment), 2),
+            "orders": sum(row["orders"] for row in by_segment),
+            "unknown_orders": sum(o["segment_at_order"] == UNKNOWN_SEGMENT for o in enriched),
+            # On-time orders one --available-now run enriches differently from the point-in-time batch.
+            "enriched_differently_at_end": len(moved),
+            "revenue_moved_at_end": round(sum(o["amount"] for o in moved), 2),
+        },
         "device_health_5m": {
             "rows": len(health),
             "readings": sum(row["readings"] for row in health),

@@ -269,6 +269,13 @@ class LakehouseStore(ABC):
             raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
         return self._do_read(self._require(name), version, timestamp)
 
+    def read_latest(self, name: str, schema: StructType) -> DataFrame:
+        """The table as a DataFrame that reads its latest version each time it runs: the static
+        side of a stream-static join follows the table while the stream runs (every micro-batch
+        re-reads it)."""
+        self._require(name)
+        return self._do_read_latest(self.path(name), schema)
+
     def select_arrow(self, name: str, columns: Sequence[str], where: str | None = None) -> pa.Table:
         """A small filtered projection as Arrow, without a Spark job (the speed layer reads its
         own state this way). ``where`` is SQL both engines accept, e.g.
@@ -358,6 +365,9 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...
+
+    @abstractmethod
+    def _do_read_latest(self, path: str, schema: StructType) -> DataFrame: ...
 
     @abstractmethod
     def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table: ...

@@ -220,6 +220,12 @@ class DeltaRsStore(LakehouseStore):
         # Partition values live in the file paths; basePath lets Spark recover them.
         return self.spark.read.schema(schema).option("basePath", path).parquet(*files)
 
+    def _do_read_latest(self, path: str, schema: StructType) -> DataFrame:
+        from include.lakehouse.latest_source import LatestDeltaSource
+
+        self.spark.dataSource.register(LatestDeltaSource)
+        return self.spark.read.format(LatestDeltaSource.name()).schema(schema).option("path", path).load()
+
     def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
         table = DeltaTable(path)
         quoted = ", ".join(f'"{column}"' for column in columns)

@@ -89,6 +89,10 @@ class DeltaSparkStore(LakehouseStore):
             reader = reader.option("timestampAsOf", utc)
         return reader.load(path)
 
+    def _do_read_latest(self, path: str, schema: StructType) -> DataFrame:
+        # A Delta relation resolves the table's snapshot each time a plan runs it.
+        return self.spark.read.format("delta").load(path)
+
     def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
         df = self.spark.read.format("delta").load(path)
         if where:

@@ -162,6 +162,43 @@ def test_sessions_and_alerts_in_the_stream_equal_the_truth_of_on_time_events(lak
     assert sorted(announced) == sorted(raised)
 
 
+def customer_rows(rows, columns):
+    return sorted(tuple(iso(r[c]) if isinstance(r[c], datetime) else (r[c] if r[c] != "" else None) for c in columns) for r in rows)
+
+
+def truth_customers(result, name, columns):
+    def typed(row):
+        return {**row, **({"is_current": row["is_current"] == "True"} if "is_current" in row else {})}
+
+    return customer_rows([typed(r) for r in read_truth(result, name)], columns)
+
+
+CUSTOMER_COLUMNS = ("customer_id", "name", "email", "segment", "country", "updated_at")
+HISTORY_COLUMNS = ("customer_id", "name", "email", "segment", "country", "valid_from", "valid_to", "is_current")
+
+
+def test_the_stream_applies_every_customer_change_and_enriches_with_what_it_knows(lake):
+    """Late and out-of-order CDC changes included, the speed dimensions equal the truth; one
+    --available-now run applies every change before it enriches the orders, so each on-time order
+    carries its customer's last segment (which differs from the one at order time exactly where
+    the truth says the segment changed after the order)."""
+    settings, store, result = lake
+    engine = ServingEngine(settings)
+    assert customer_rows(engine.rows("SELECT * FROM customers"), CUSTOMER_COLUMNS) == \
+        truth_customers(result, "customers", CUSTOMER_COLUMNS)
+    assert customer_rows(engine.rows("SELECT * FROM customers_history"), HISTORY_COLUMNS) == \
+        truth_customers(result, "customers_history", HISTORY_COLUMNS)
+    ledger = result.ledger["customers"]
+    assert ledger["deleted"] and ledger["segment_changes"] and ledger["out_of_order"] and result.ledger["topics"]["customers_cdc"]["late"]
+
+    enriched = store.read("speed/revenue_by_segment_1h").collect()
+    speed = {order: row["segment"] for row in enriched for order in row["order_ids"]}
+    expected = {r["order_id"]: r["segment_at_end"] for r in read_truth(result, "order_segments") if r["late"] == "False"}
+    assert speed == expected
+    assert sum(r["segment_at_end"] != r["segment_at_order"] for r in read_truth(result, "order_segments")
+               if r["late"] == "False") == result.ledger["revenue_by_segment_1h"]["enriched_differently_at_end"] > 0
+
+
 def test_batch_equals_truth_exactly_and_is_idempotent(lake):
     settings, store, result = lake
     snapshots = []
@@ -217,6 +254,22 @@ def test_batch_equals_truth_exactly_and_is_idempotent(lake):
         assert metrics[f"unconfirmed_{kind}"] == sum(1 for a, r in in_stream.items() if r["kind"] == kind and a not in expected)
     assert sum(metrics[m] for m in metrics if m.startswith("missed_")) > 0
 
+    # The customer dimension and the point-in-time enrichment, exactly; reconciliation counts the
+    # orders the stream enriched differently and the revenue that moved between segments.
+    assert customer_rows(engine.rows("SELECT * FROM customers WHERE source = 'batch'"), CUSTOMER_COLUMNS) == \
+        truth_customers(result, "customers", CUSTOMER_COLUMNS)
+    assert customer_rows(engine.rows("SELECT * FROM customers_history WHERE source = 'batch'"), HISTORY_COLUMNS) == \
+        truth_customers(result, "customers_history", HISTORY_COLUMNS)
+    by_segment = engine.rows("SELECT * FROM revenue_by_segment_1h ORDER BY window_start, segment")
+    assert [(iso(r["window_start"]), r["segment"], r["revenue"], r["orders"], r["source"]) for r in by_segment] == [
+        (r["window_start"], r["segment"], float(r["revenue"]), int(r["orders"]), "batch") for r in read_truth(result, "revenue_by_segment_1h")]
+    metrics = {(r["view"], r["metric"]): r["batch_value"] for r in reconciliation}
+    ledger = result.ledger["revenue_by_segment_1h"]
+    assert metrics[("revenue_by_segment_1h", "orders_enriched_differently")] == ledger["enriched_differently_at_end"]
+    assert metrics[("revenue_by_segment_1h", "revenue_moved")] == ledger["revenue_moved_at_end"]
+    assert metrics[("customers", "differing_customers")] == metrics[("customers_history", "differing_customers")] == 0
+    assert metrics[("customers", "rows")] == result.ledger["customers"]["rows"]
+
     recovered = {r["metric"]: r for r in reconciliation if r["view"] == "order_payments"}["late_matches_recovered"]
     assert recovered["batch_value"] == result.ledger["order_payments"]["late_paid"] > 0
     assert len(ServingEngine(settings).rows("SELECT * FROM recovered_late_matches")) == recovered["batch_value"]
@@ -241,7 +294,8 @@ def test_merge_rule_backfill_and_restatement(lake):
     generate(settings, datetime(2026, 11, 17, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60), seed=23, file_minutes=15, progress=False)
     run_stream(settings, available_now=True)
     assert (older, "speed") not in sources()
-    assert stale_days(store, settings) == []
+    # Its customer changes precede the covered day's: the dimension as of that day is stale.
+    assert stale_days(store, settings) == [DAY]
     run_batch(settings, older, store)
     assert (older, "batch") in sources() and (DAY, "batch") in sources()
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from unittest.mock import ANY
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -50,10 +51,15 @@ SPEED_ORDER_PAYMENTS = VIEWS_BY_NAME["order_payments"].speed_table
 def test_every_registered_view_has_a_speed_query(spark, settings):
     from include.lakehouse import open_store
 
-    writers = gold.gold_writers(spark, settings, open_store(settings, spark))
-    assert sorted(writers) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME)
+    dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
+    assert sorted([*dimensions, *facts]) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME)
+    assert list(dimensions) == ["speed_customers", "speed_customers_history"]
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
-    assert list(gold.gold_writers(spark, chosen, open_store(chosen, spark))) == ["speed_order_payments", "speed_alerts"]
+    assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
+    # A view's lookups run with it.
+    enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})
+    assert [list(phase) for phase in gold.gold_writers(spark, enriched, open_store(enriched, spark))] == [
+        ["speed_customers_history"], ["speed_revenue_by_segment_1h"]]
 
 
 def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, capsys):
