@@ -3,6 +3,7 @@ visible through the serving layer.
 
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
         [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
+        [--cdc-per-second 0]
 
 1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
    ``--trigger-interval``), on a fresh home.
@@ -16,6 +17,11 @@ visible through the serving layer.
    (JVM start-up, first plans). Each sensors file also holds one reading above the temperature
    limit from a device named after the file: alert latency = its ``high_temperature`` row in
    ``alerts`` first seen - rename time.
+
+   With ``--cdc-per-second N`` each second also lands a ``customers_cdc`` file of N changes
+   (updates spread over 300,000 customers, plus the creation of a customer named after the
+   file): CDC apply latency = that customer in ``customers`` first seen - rename time. If the
+   latency does not grow over the run, the dimension keeps up with N changes/s.
 
 4. Every 10 s it samples the stream's resident memory (its process and the JVM under it, from
    ``/proc``): with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the
@@ -45,6 +51,7 @@ LAMBDALAKE = str(Path(sys.executable).parent / "lambdalake")
 # Each second's events across topics (clicks dominate, as in the generator's traffic).
 SHARES = {"clicks": 0.70, "sensors": 0.20, "orders": 0.05, "payments": 0.05}
 CATEGORIES = ("books", "electronics", "fashion", "home")
+CDC_CUSTOMERS, CDC_SEGMENTS = 300_000, ("consumer", "premium", "business")
 
 
 def iso(moment: datetime) -> str:
@@ -63,6 +70,18 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
         return [json.dumps({"event_id": f"c-{number:06d}-{i}", "user_id": f"U{i % 997}", "session_id": f"S{i % 300}",
                             "page_url": f"/p/{i % 40}", "action": "view", "device_type": "mobile", "product_id": None,
                             "event_time": at}) for i in range(count)]
+    if topic == "customers_cdc":  # the file's own new customer, then updates across a large customer base
+        ts_ms = int(now.timestamp() * 1000)
+
+        def row(customer: str, segment: str) -> dict:
+            return {"customer_id": customer, "name": "Ada", "email": f"{customer}@example.com", "segment": segment, "country": "DE"}
+
+        marker = json.dumps({"op": "c", "ts_ms": ts_ms, "before": None, "after": row(f"M{number:06d}", "consumer")})
+        return [marker] + [
+            json.dumps({"op": "u", "ts_ms": ts_ms, "before": None,
+                        "after": row(f"K{(number * count + i) % CDC_CUSTOMERS:06d}", CDC_SEGMENTS[(number + i) % 3])})
+            for i in range(count - 1)
+        ]
     hot = [json.dumps({"device_id": f"H{number:06d}", "temperature": 90.0, "humidity": 40.0, "event_time": at})]
     return hot + [json.dumps({"device_id": f"D{number:06d}-{i}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
                   for i in range(count - 1)]
@@ -71,9 +90,12 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
 class Lander(threading.Thread):
     """Lands one file per topic every second; remembers each file's rename time."""
 
-    def __init__(self, landing: Path, events_per_second: int, seconds: int) -> None:
+    def __init__(self, landing: Path, events_per_second: int, seconds: int, cdc_per_second: int = 0) -> None:
         super().__init__(daemon=True)
         self.landing, self.rate, self.seconds = landing, events_per_second, seconds
+        self.counts = {topic: max(1, round(events_per_second * share)) for topic, share in SHARES.items()}
+        if cdc_per_second:
+            self.counts["customers_cdc"] = cdc_per_second
         self.renamed: dict[int, float] = {}
         self.orders: dict[int, int] = {}
 
@@ -83,8 +105,7 @@ class Lander(threading.Thread):
             time.sleep(max(0.0, start + number - time.monotonic()))
             now = datetime.now(timezone.utc)
             files = []
-            for topic, share in SHARES.items():
-                count = max(1, round(self.rate * share))
+            for topic, count in self.counts.items():
                 folder = self.landing / topic
                 folder.mkdir(parents=True, exist_ok=True)
                 temporary = folder / f".{number:06d}.tmp"
@@ -139,9 +160,10 @@ def measure(args: argparse.Namespace, views: str) -> dict:
            "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000"}
     command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
     stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lander = Lander(settings.landing_dir, args.events_per_second, args.seconds)
+    lander = Lander(settings.landing_dir, args.events_per_second, args.seconds, args.cdc_per_second)
     lander.start()
-    seen: dict[str, dict[int, float]] = {view: {} for view in MEASURED if views == "all" or view in views.split(",")}
+    measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
+    seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
     engine = None
     memory: list[tuple[float, float]] = []  # (seconds since start, MB)
     started = next_sample = time.monotonic()
@@ -176,6 +198,10 @@ def measure(args: argparse.Namespace, views: str) -> dict:
                 for row in engine.rows("SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
                                        "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'"):
                     seen["alerts"].setdefault(row["file"], now)
+            if "customers" in seen:
+                for row in engine.rows("SELECT CAST(substr(customer_id, 2) AS INTEGER) AS file FROM customers "
+                                       "WHERE customer_id LIKE 'M%'"):
+                    seen["customers"].setdefault(row["file"], now)
             if all(len(s) == args.seconds for s in seen.values()):
                 break
     finally:
@@ -190,6 +216,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=120)
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--trigger-interval", type=float, default=1.0)
+    parser.add_argument("--cdc-per-second", type=int, default=0, help="customer changes landed per second (0: none)")
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "freshness.md")
@@ -205,7 +232,8 @@ def main() -> None:
         "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events); one serving engine "
         "kept open, refreshed every 100 ms. Freshness: a file's atomic rename to its events visible through the serving "
         f"layer; files of the first {args.warmup} s not counted. `alerts`: alert latency, the file's overheating reading "
-        "to its `high_temperature` alert. One run per view set, one after another.",
+        "to its `high_temperature` alert. `customers`: CDC apply latency, the file's new customer to its row in `customers`"
+        + (f" ({args.cdc_per_second:,} changes/s)" if args.cdc_per_second else "") + ". One run per view set, one after another.",
         "",
         "| speed views | view | files measured | p50 s | p95 s | max s | never seen |",
         "|---|---|---:|---:|---:|---:|---:|",

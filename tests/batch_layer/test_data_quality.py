@@ -20,6 +20,7 @@ def reconciliation(store, speed_rows, batch_rows, speed_orders, batch_orders):
         ("revenue_by_category_5m", "rows", speed_rows, batch_rows),
         ("revenue_by_category_5m", "orders", speed_orders, batch_orders),
         ("order_payments", "rows", speed_orders, batch_orders),
+        ("revenue_by_segment_1h", "orders", speed_orders, batch_orders),
     ]
     data = [{"view": v, "date": DAY, "metric": m, "speed_value": float(s), "batch_value": float(b),
              "diff": float(b - s), "computed_at": at} for v, m, s, b in rows]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -38,6 +39,10 @@ def order(order_id, minute, amount=10.0, category="books", user="u1", hour=10):
 def payment(payment_id, order_id, minute, hour=10, amount=10.0):
     return {"payment_id": payment_id, "order_id": order_id, "amount": amount, "method": "card",
             "event_time": f"2026-11-20T{hour:02d}:{minute:02d}:00Z"}
+
+
+def iso(value):
+    return value.replace(tzinfo=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if value else None
 
 
 def utc(hour, minute):
@@ -132,7 +137,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     home = tmp_path / "home"
     settings = load_settings(home=home)
     options = TrafficOptions(duplicate_fraction=0.03, corrupt_fraction=0.02, orders_per_hour=150)
-    ledger = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, options, seed=9, progress=False).ledger
+    generated = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, options, seed=9, progress=False)
+    ledger = generated.ledger
     command = [str(Path(sys.executable).parent / "lambdalake"), "stream", "--home", str(home), "--available-now"]
     env = {**os.environ, "LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
 
@@ -150,17 +156,19 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     done = DeltaTable(str(batches)).version()
     assert done < 15, "the run finished before it was killed; the test would prove nothing"
 
-    # Again in the Gold phase, once the alerts query has planned its first micro-batch; from here on
-    # larger micro-batches (a restart may change the limit; what was planned is replayed as planned).
+    # Again in the Gold phase: once the dimension queries, then the alerts query, have planned their
+    # first micro-batch; from here on larger micro-batches (a restart may change the limit; what
+    # was planned is replayed as planned).
     env["LAMBDALAKE_MAX_FILES_PER_TRIGGER"] = "12"
-    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    planned = settings.checkpoints_dir / "speed_alerts" / "offsets" / "0"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not planned.exists() and victim.poll() is None:
-        time.sleep(0.05)
-    assert planned.exists(), "the alerts query never started"
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    for query in ("speed_customers_history", "speed_alerts"):
+        victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        planned = settings.checkpoints_dir / query / "offsets" / "0"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not planned.exists() and victim.poll() is None:
+            time.sleep(0.05)
+        assert planned.exists(), f"the {query} query never started"
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
 
     subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
 
@@ -181,6 +189,13 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     assert revenue.agg(F.sum("orders")).first()[0] == on_time_orders
     payments = store.read(SPEED_ORDER_PAYMENTS)
     assert payments.count() == payments.select("order_id").distinct().count()
+    # The customer dimension is what the truth says: no change lost or applied twice.
+    for view, columns in (("customers", ("customer_id", "segment", "email", "updated_at")),
+                          ("customers_history", ("customer_id", "segment", "valid_from", "valid_to"))):
+        with (generated.truth_dir / f"{view}.csv").open() as handle:
+            truth_rows = sorted(tuple(row[c] or None for c in columns) for row in csv.DictReader(handle))
+        stored = store.read(f"speed/{view}").where("NOT deleted").collect()
+        assert sorted(tuple(iso(row[c]) if isinstance(row[c], datetime) else row[c] for c in columns) for row in stored) == truth_rows
     # Every alert raised once, and told to the notifier once.
     raised = [r["alert_id"] for r in store.read("speed/alerts").collect()]
     assert raised and len(raised) == len(set(raised))
