@@ -277,7 +277,8 @@ def test_batch_equals_truth_exactly_and_is_idempotent(lake):
 
 def test_merge_rule_backfill_and_restatement(lake):
     settings, store, _ = lake
-    settings = settings.model_copy(update={"max_files_per_trigger": 8})  # lateness is not the point here
+    # Lateness and the other views are not the point here: order_payments shows where rows come from.
+    settings = settings.model_copy(update={"max_files_per_trigger": 8, "speed_views": "order_payments"})
     # Another day arrives; it has no batch run yet, so it is served from speed.
     generate(settings, START + timedelta(days=1), 2, TrafficOptions(orders_per_hour=60), seed=22, file_minutes=15, progress=False)
     run_stream(settings, available_now=True)
