@@ -58,7 +58,7 @@ BURSTS_PER_100_ORDERS, BURST_ORDERS, BURST_MINUTES = 1.0, (6, 8), 4.0
 # the newer one in a share of pairs. Customers order before and after their changes; some
 # visitors check out as guests, unknown to the dimension.
 CUSTOMER_CHANGES_PER_HOUR = 0.01
-CREATE_SHARE, RECREATE_SHARE, DELETE_SHARE = 0.15, 0.4, 0.05
+CREATE_SHARE, RECREATE_SHARE, DELETE_SHARE = 0.15, 0.2, 0.05
 OUT_OF_ORDER_SHARE = 0.3
 GUEST_SHARE = 0.03
 # How much later than ``late_beyond`` past the watermark delay a late event lands.
