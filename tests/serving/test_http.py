@@ -57,7 +57,7 @@ def lake(spark, tmp_path_factory):
     options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
                              late_beyond=timedelta(hours=1))
     generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=30, progress=False)
-    run_stream(settings, available_now=True)
+    run_stream(settings.model_copy(update={"speed_views": "revenue_by_category_5m,order_payments"}), available_now=True)
     run_batch(settings, DAY)
     notify(settings, "speed_layer_supervisor", "stream stalled; restarting", "warning")
     return settings
