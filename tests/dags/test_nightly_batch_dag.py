@@ -1,5 +1,6 @@
 """lambda_nightly_batch end to end: the standard `airflow dags test` in a fresh Airflow home with
-no connection and no PATH entry for Spark, a rerun with dag.test(), and the fail-fast path."""
+no connection and no PATH entry for Spark, and the fail-fast path through dag.test(). (The batch's
+idempotency is tested end to end in tests/e2e.)"""
 
 from __future__ import annotations
 
@@ -98,17 +99,13 @@ def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(lake_env, 
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     assert DAY in covered_days(open_store(settings))
-    revenue, payments = views(settings)
+    revenue, _ = views(settings)
     served = [r for r in revenue if r["window_start"].date() == DAY]
     assert {r["source"] for r in served} == {"batch"}
     assert round(sum(r["revenue"] for r in served), 2) == pytest.approx(result.ledger["revenue_by_category_5m"]["revenue"], abs=0.01)
     reconciliation = ServingEngine(settings).rows(f"SELECT metric, batch_value FROM reconciliation WHERE date = DATE '{DAY}'")
     recovered = {r["metric"]: r["batch_value"] for r in reconciliation}["late_matches_recovered"]
     assert recovered == result.ledger["order_payments"]["late_paid"]
-
-    rerun = nightly_dag().test(run_conf={"date": DAY.isoformat()})  # idempotent
-    assert rerun.state == "success"
-    assert views(settings) == (revenue, payments)
 
 
 def test_deadline_callback_records_the_miss(settings, monkeypatch):
