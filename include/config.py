@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # Speed layer.
     event_source: Literal["landing", "kafka", "rate"] = "landing"
     max_files_per_trigger: int = Field(default=1, ge=1)
+    # Spark's file source ignores a landing file this much older (by mtime) than the newest it
+    # has seen (its own default is 7 days, which silently drops a backfill moved in with `mv`).
+    landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (see README).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
@@ -121,7 +124,8 @@ class Settings(BaseSettings):
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
 
-    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout", mode="before")
+    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout", "landing_max_file_age",
+                     mode="before")
     @classmethod
     def _durations(cls, value: Any, info: Any) -> timedelta:
         return parse_duration(value, info.field_name.replace("_", " "))

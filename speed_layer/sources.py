@@ -30,6 +30,7 @@ def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str
             spark.readStream.format("text")
             .option("maxFilesPerTrigger", settings.max_files_per_trigger)
             .option("pathGlobFilter", "*.jsonl")
+            .option("maxFileAge", f"{int(settings.landing_max_file_age.total_seconds())}s")
             .load(str(folder))
         )
         streams[topic] = stream.select(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ def land(settings):
     """Write one landing file per call: land("orders", "0001", [record, ...])."""
     zone = LandingZone(settings.landing_dir)
 
-    def write(topic: str, name: str, records: list) -> None:
-        zone.write(topic, name, (r if isinstance(r, str) else json.dumps(r) for r in records))
+    def write(topic: str, name: str, records: list) -> Path:
+        return zone.write(topic, name, (r if isinstance(r, str) else json.dumps(r) for r in records))
 
     return write

@@ -92,6 +92,27 @@ def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     assert silver == {"o1": False, "o2": False, "o3": True, "o4": False}  # late events are kept
 
 
+def test_a_landed_file_with_an_old_mtime_is_still_read(spark, settings, land):
+    """A backfill moved in with `mv` keeps its mtime; Spark's file source would skip a file more
+    than 7 days older than the newest it has seen (its default maxFileAge)."""
+    from speed_layer.sources import landing_source
+
+    def sources_read() -> list[str]:
+        read = []
+        query = (landing_source(spark, settings, ["orders"])["orders"].writeStream
+                 .foreachBatch(lambda batch, _: read.extend(Path(row["source"]).name for row in batch.collect()))
+                 .option("checkpointLocation", str(settings.checkpoints_dir / "landed")).trigger(availableNow=True).start())
+        query.awaitTermination()
+        return sorted(read)
+
+    land("orders", "0002", [order("o2", 0)])
+    assert sources_read() == ["0002.jsonl"]
+    backfill = land("orders", "0001", [order("o1", 0)])
+    month_ago = time.time() - 30 * 86400
+    os.utime(backfill, (month_ago, month_ago))
+    assert sources_read() == ["0001.jsonl"]  # the restarted source found it
+
+
 def test_join_paid_unpaid_pending(spark, settings, land):
     land("orders", "0001", [order("o1", 0), order("o2", 5)])
     land("payments", "0001", [payment("p1", "o1", 10)])  # inside o1's window
