@@ -253,9 +253,11 @@ class DeltaRsStore(LakehouseStore):
         return optimizer.compact()
 
     def _do_vacuum(self, path: str, retention_hours: float) -> int:
+        # full: also files no commit references (staged by a writer killed before its commit),
+        # once older than the retention, like Spark's VACUUM.
         removed = DeltaTable(path).vacuum(
             retention_hours=int(retention_hours), dry_run=False,
-            enforce_retention_duration=False,
+            enforce_retention_duration=False, full=True,
         )
         return len(removed)
 

@@ -20,7 +20,7 @@ from include.lakehouse import open_store
 REVENUE = VIEWS_BY_NAME["revenue_by_category_5m"]
 
 
-def test_compaction_and_vacuum_keep_every_row(spark, settings):
+def test_compaction_and_vacuum_keep_every_row_and_remove_old_uncommitted_files(spark, settings):
     store = open_store(settings, spark)
     store.ensure_table(REVENUE.speed_table, REVENUE.schema, ["date"])
     start = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
@@ -28,6 +28,13 @@ def test_compaction_and_vacuum_keep_every_row(spark, settings):
         row = (start, start, f"c{i}", float(i), 1, 1, date(2026, 11, 20))
         store.append(REVENUE.speed_table, spark.createDataFrame([row], REVENUE.schema))
     before = sorted(store.read(REVENUE.speed_table).collect())
+    # Files a writer moved in but never committed (killed in between): the old one goes.
+    data_file = Path(DeltaTable(store.path(REVENUE.speed_table)).file_uris()[0])
+    stray_old, stray_new = data_file.with_name("stray-old.parquet"), data_file.with_name("stray-new.parquet")
+    for stray in (stray_old, stray_new):
+        stray.write_bytes(data_file.read_bytes())
+    eight_days_ago = time.time() - 8 * 86400
+    os.utime(stray_old, (eight_days_ago, eight_days_ago))
     assert all_tables(settings.lakehouse_dir) == [REVENUE.speed_table]
     maintain = subprocess.run([Path(sys.executable).parent / "lambdalake", "maintain", "--home", settings.home, "--format", "json"],
                               capture_output=True, text=True, check=True)  # what the lakehouse_maintenance DAG runs
@@ -36,7 +43,8 @@ def test_compaction_and_vacuum_keep_every_row(spark, settings):
     assert {row["table"] for row in hygiene} == {"feed_files", "temporary_files"}
     assert len(DeltaTable(store.path(REVENUE.speed_table)).file_uris()) == 1
     assert sorted(store.read(REVENUE.speed_table).collect()) == before
-    assert result["vacuumed"] == 0  # the replaced files are younger than the 7-day retention
+    # The replaced files are younger than the 7-day retention, and so is the fresh stray file.
+    assert result["vacuumed"] == 1 and not stray_old.exists() and stray_new.exists()
 
 
 def test_checkpoint_hygiene_removes_only_old_feed_and_temporary_files(settings):
