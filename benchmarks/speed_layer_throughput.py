@@ -2,11 +2,13 @@
 
     .venv/bin/python benchmarks/speed_layer_throughput.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
         [--max-files-per-trigger 1 20] [--views all revenue_by_category_5m,order_payments]
+        [--approx-distinct-rsd 0.01 0.02]
 
 1. ``lambdalake generate`` lands N events (no corrupt lines, so pyarrow can read every file).
 2. ``lambdalake stream --available-now`` is timed to completion (wall clock, a fresh process:
    Spark start-up included) once per ``--max-files-per-trigger`` value and ``--views`` set (all
-   views, or only those named: ``stream --views``), each on its own copy of the files;
+   views, or only those named: ``stream --views``) and ``--approx-distinct-rsd`` value (else the
+   platform's default), each on its own copy of the files;
    events/s = landed lines / seconds. The processing time (first
    micro-batch start to last end, from Spark's progress) is reported beside it.
 3. The native ceiling, in the same run: pyarrow reads each JSON Lines file and writes Parquet.
@@ -74,18 +76,21 @@ def stream_breakdown(home: Path) -> dict[str, float]:
     return {**{f"{q}.batches": n for q, n in batches.items()}, **dict(totals)}
 
 
-def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str) -> dict:
+def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str, rsd: float | None) -> dict:
     """``lambdalake stream --available-now`` on a copy of the landing zone, in a fresh home."""
     shutil.copytree(landing, home / "landing")  # copy2 keeps the mtimes, so the arrival order
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
+    if rsd is not None:
+        env["LAMBDALAKE_APPROX_DISTINCT_RSD"] = str(rsd)
     command = [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(max_files_per_trigger)]
     seconds = run(command + ([] if views == "all" else ["--views", views]), env)
-    return {"files": max_files_per_trigger, "views": views, "seconds": seconds, "processing": processing_seconds(home),
+    return {"files": max_files_per_trigger, "views": views, "rsd": rsd, "seconds": seconds, "processing": processing_seconds(home),
             "breakdown": stream_breakdown(home)}
 
 
-def label(views: str) -> str:
-    return "all views" if views == "all" else "views " + ", ".join(f"`{name}`" for name in views.split(","))
+def label(views: str, rsd: float | None = None) -> str:
+    named = "all views" if views == "all" else "views " + ", ".join(f"`{name}`" for name in views.split(","))
+    return named if rsd is None else f"{named}, distinct counts at {rsd:g} rsd"
 
 
 def main() -> int:
@@ -97,6 +102,8 @@ def main() -> int:
                         help="one stream run per value, side by side")
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names: one stream run per set (and per files value)")
+    parser.add_argument("--approx-distinct-rsd", type=float, nargs="+", default=[None],
+                        help="HyperLogLog++ precisions (LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
     args = parser.parse_args()
 
@@ -112,8 +119,9 @@ def main() -> int:
         size = sum(p.stat().st_size for p in (home / "landing").glob("*/*.jsonl"))
 
         native_seconds = native_ceiling(home / "landing", Path(scratch) / "native")
-        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}", n, views)
-                for n in args.max_files_per_trigger for number, views in enumerate(args.views)]
+        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}-{rsd}", n, views, rsd)
+                for n in args.max_files_per_trigger for number, views in enumerate(args.views)
+                for rsd in args.approx_distinct_rsd]
 
     native_rate = lines / native_seconds
     report = [
@@ -129,7 +137,7 @@ def main() -> int:
     for result in runs:
         wall, work = lines / result["seconds"], lines / result["processing"]
         report += [
-            f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, {label(result['views'])}, wall clock "
+            f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, {label(result['views'], result['rsd'])}, wall clock "
             f"(JVM and Spark start-up included) | {result['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
             f"| the same run, first micro-batch start to last end | {result['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
         ]
@@ -147,7 +155,7 @@ def main() -> int:
             batches = breakdown.get(f"{query}.batches", 0)
             added = breakdown.get(f"{query}.addBatch", 0.0)
             report.append(
-                f"| {result['files']} | {label(result['views'])} | {query} | {batches:.0f} | {added:.1f} | {added / max(batches, 1):.2f} | "
+                f"| {result['files']} | {label(result['views'], result['rsd'])} | {query} | {batches:.0f} | {added:.1f} | {added / max(batches, 1):.2f} | "
                 f"{breakdown.get(f'{query}.triggerExecution', 0.0):.1f} |"
             )
     report.append("")

@@ -88,6 +88,9 @@ class Settings(BaseSettings):
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # A copy of an event (same id) ingested within this long after the first is a duplicate.
     dedup_window: timedelta = Field(default=timedelta(minutes=30))
+    # HyperLogLog++ precision of the speed layer's distinct counts: state per window grows about
+    # 4x for each halving (0.01: ~13 KB per window and key, 0.02: ~3 KB), and so does their cost.
+    approx_distinct_rsd: float = Field(default=0.02, ge=0.005, le=0.3, description="relative standard deviation")
     # Alert rules (the alerts view).
     temperature_limit: float = Field(default=80.0, description="high_temperature: a reading above this")
     velocity_limit: int = Field(default=5, ge=1, description="order_velocity: more orders than this per user in 5 minutes")

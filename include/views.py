@@ -23,7 +23,7 @@ from include.config import ConfigError, Settings, spark_interval
 from include.registry import Differences, ViewContext, ViewSpec, best_per_key, rows_that_differ
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 REVENUE_WINDOW = "5 minutes"
 DEVICE_WINDOW = "5 minutes"
@@ -34,8 +34,6 @@ VELOCITY_WINDOW = "5 minutes"
 SEGMENT_WINDOW = "1 hour"
 UNKNOWN_SEGMENT = "unknown"
 ALERT_KINDS = ("high_temperature", "temperature_anomaly", "order_velocity")
-# Relative error of the speed layer's distinct-buyer estimate (HyperLogLog++).
-APPROX_DISTINCT_RSD = 0.01
 # Which copy of a duplicated event counts, in both layers: the first to arrive (then the
 # first file, then the smallest bytes, so equal arrivals still pick one copy deterministically).
 FIRST_COPY_ORDER = ("arrived_at", "source", "value")
@@ -45,6 +43,14 @@ FIRST_COPY_ORDER = ("arrived_at", "source", "value")
 def money_sum_sql(column: str) -> str:
     """Exact sum of currency amounts (decimal arithmetic, so any summation order agrees)."""
     return f"CAST(sum(CAST({column} AS DECIMAL(18,2))) AS DOUBLE)"
+
+
+def distinct_count(column: str, context: ViewContext) -> Column:
+    """Exact in the batch; in the stream a HyperLogLog++ sketch (``LAMBDALAKE_APPROX_DISTINCT_RSD``),
+    since exact distinct counts would keep every value of every open window in state."""
+    from pyspark.sql import functions as F
+
+    return F.count_distinct(column) if context.exact else F.approx_count_distinct(column, context.settings.approx_distinct_rsd)
 
 
 def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | None = None) -> DataFrame:
@@ -68,7 +74,7 @@ def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
     from pyspark.sql import functions as F
 
-    buyers = F.count_distinct("user_id") if context.exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
+    buyers = distinct_count("user_id", context)
     return (
         inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
         .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), buyers.alias("unique_buyers"))
@@ -202,7 +208,7 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
     def count_of(action: str, name: str):  # noqa: ANN202 - Column
         return F.sum(F.when(F.col("action") == action, 1).otherwise(0)).alias(name)
 
-    users = F.count_distinct("user_id") if context.exact else F.approx_count_distinct("user_id", APPROX_DISTINCT_RSD)
+    users = distinct_count("user_id", context)
     return (
         inputs["clicks"].groupBy(F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window"), "page_url")
         .agg(count_of("view", "views"), count_of("click", "clicks"), count_of("add_to_cart", "add_to_cart"),

@@ -36,6 +36,8 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
         ("LAKEHOUSE_ENGINE", "iceberg", "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
         ("SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
         ("SPARK_DRIVER_MEMORY", "lots", "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
+        ("APPROX_DISTINCT_RSD", "0.001", "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
+        ("LANDING_MAX_FILE_AGE", "0d", "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
     ],
 )
 def test_bad_values_give_one_line_error_naming_the_setting(settings, monkeypatch, env, value, expected):
