@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import date
 from typing import TYPE_CHECKING
 
+from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from include.config import Settings
@@ -33,15 +34,15 @@ def events(store: LakehouseStore, settings: Settings, topic: str, days: list[dat
     layer's feeds hold them."""
     wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
     bronze = store.read(tables.bronze(topic)).where(f"event_date IN ({wanted})")
-    parsed = parse_topic(bronze, topic, settings.max_line_bytes).where("reason IS NULL")
+    parsed = parse_topic(bronze, topic, settings.max_line_bytes).where("record IS NOT NULL")
     extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
     return first_copies(parsed, ["event_id"]).select("record.*", *extra, "arrived_at")
 
 
-def batch_views(store: LakehouseStore, settings: Settings, day: date) -> dict[str, DataFrame]:
-    """The day's exact rows of every view, by batch table name; a dimension as of the day's end."""
+def batch_views(inputs: dict[str, DataFrame], settings: Settings, day: date) -> dict[str, DataFrame]:
+    """The day's exact rows of every view from its input topics' events, by batch table name; a
+    dimension as of the day's end."""
     context = ViewContext(settings, exact=True)
-    inputs = {topic: events(store, settings, topic, days) for topic, days in input_days(store, settings, day).items()}
     computed: dict[str, DataFrame] = {}
     for view in VIEWS:  # registry order: a dimension before the views that look it up
         given = {topic: inputs[topic] for topic in view.inputs} | {name: computed[name] for name in view.lookups}
@@ -60,10 +61,17 @@ def ensure_batch_tables(store: LakehouseStore) -> None:
 def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[str, int]:
     """Replace the day's partition of every batch view; returns rows written per table."""
     ensure_batch_tables(store)
+    # Parsed once: most topics feed several views (orders four of them).
+    inputs = {topic: events(store, settings, topic, days).persist(StorageLevel.MEMORY_AND_DISK)
+              for topic, days in input_days(store, settings, day).items()}
     written = {}
-    for table, rows in batch_views(store, settings, day).items():
-        rows = rows.cache()
-        store.replace_partition(table, rows, {"date": day})
-        written[table] = rows.count()
-        rows.unpersist()
+    try:
+        for table, rows in batch_views(inputs, settings, day).items():
+            rows = rows.cache()
+            store.replace_partition(table, rows, {"date": day})
+            written[table] = rows.count()
+            rows.unpersist()
+    finally:
+        for events_of_topic in inputs.values():
+            events_of_topic.unpersist()
     return written

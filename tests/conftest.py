@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +39,35 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
         if key.startswith("LAMBDALAKE_"):
             monkeypatch.delenv(key)
     return load_settings(home=tmp_path / "home", spark_master="local[2]", shuffle_partitions=2)
+
+
+@pytest.fixture(scope="session")
+def streamed_lake(spark, tmp_path_factory: pytest.TempPathFactory):
+    """A three-hour day (2026-11-20) streamed through the two order views and not yet batched,
+    with the generator's result. Tests that batch or serve it work on a copy (``copy_to``)."""
+    from include.generator import TrafficOptions, generate
+    from speed_layer.runner import run_stream
+
+    settings = load_settings(home=tmp_path_factory.mktemp("streamed") / "home", spark_master="local[2]",
+                             shuffle_partitions=2, max_files_per_trigger=4)
+    # Hour-long micro-batches keep the stream short; late events land beyond one of them.
+    options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
+                             late_beyond=timedelta(hours=1))
+    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15, progress=False)
+    # The order views are what the batch reconciles and the tests check; the others stay out.
+    run_stream(settings.model_copy(update={"speed_views": "revenue_by_category_5m,order_payments"}), available_now=True)
+    return StreamedLake(settings, result)
+
+
+@dataclass(frozen=True)
+class StreamedLake:
+    settings: Settings
+    result: Any  # the generator's result: ledger and ground truth
+
+    def copy_to(self, home: Path) -> Settings:
+        """This lake's home copied to ``home``; settings that differ only in the home."""
+        shutil.copytree(self.settings.home, home, symlinks=True)
+        return self.settings.model_copy(update={"home": home})
 
 
 def free_port() -> int:

@@ -13,10 +13,8 @@ import pytest
 
 from include.coverage import covered_days
 from include.config import load_settings
-from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from include.platform import admin_password, down, start_airflow
-from speed_layer.runner import run_stream
 
 DAG_ID = "lambda_nightly_batch"
 DAY = date(2026, 11, 20)
@@ -37,17 +35,12 @@ def call(method, url, token=None, body=None):
 
 
 @pytest.mark.slow
-def test_nightly_batch_triggered_through_the_rest_api_succeeds(spark, tmp_path, monkeypatch):
+def test_nightly_batch_triggered_through_the_rest_api_succeeds(streamed_lake, tmp_path, monkeypatch):
     for key, value in {"LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2",
                        # No automatic catch-up runs: only the run this test triggers.
                        "LAMBDALAKE_BATCH_START_DATE": (datetime.now(timezone.utc).date() + timedelta(days=1)).isoformat()}.items():
         monkeypatch.setenv(key, value)
-    settings = load_settings(home=tmp_path / "home")
-    generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 2, TrafficOptions(orders_per_hour=80), seed=8,
-             file_minutes=15, progress=False)
-    # The speed views the batch reconciles with are not the point: two keep the stream short.
-    run_stream(settings.model_copy(update={"max_files_per_trigger": 8, "speed_views": "revenue_by_category_5m,order_payments"}),
-               available_now=True)
+    settings = load_settings(home=streamed_lake.copy_to(tmp_path / "home").home)
     try:
         url = start_airflow(settings, port=free_port())
         token = call("POST", f"{url}/auth/token", body={"username": "admin", "password": admin_password(settings)})["access_token"]

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timedelta, timezone
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -18,12 +18,9 @@ from airflow.dag_processing.dagbag import DagBag
 
 from include import tables
 from include.alerts import deadline_missed
-from include.config import load_settings
 from include.coverage import covered_days
-from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from serving.engine import ServingEngine
-from speed_layer.runner import run_stream
 
 PROJECT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -32,19 +29,8 @@ LAKE_ENV = {"LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITION
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory, airflow_db):
-    home = tmp_path_factory.mktemp("nightly") / "home"
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in {**LAKE_ENV, "LAMBDALAKE_HOME": str(home)}.items():
-            patch.setenv(key, value)
-        settings = load_settings()
-        # Hour-long micro-batches keep the stream short; late events land beyond one of them.
-        options = TrafficOptions(orders_per_hour=100, late_fraction=0.05, late_beyond=timedelta(hours=1))
-        result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15, progress=False)
-        # The order views are what these tests check (and reconcile); the others stay out of the stream.
-        run_stream(settings.model_copy(update={"max_files_per_trigger": 4, "speed_views": "revenue_by_category_5m,order_payments"}),
-                   available_now=True)
-        yield settings, result
+def lake(streamed_lake, tmp_path_factory, airflow_db):
+    return streamed_lake.copy_to(tmp_path_factory.mktemp("nightly") / "home"), streamed_lake.result
 
 
 @pytest.fixture

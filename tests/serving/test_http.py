@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import date, datetime, timedelta, timezone
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,6 @@ from pydantic import SecretStr
 from test_serving import FORBIDDEN
 
 from include.alerts import notify
-from include.config import load_settings
-from include.generator import TrafficOptions, generate
 from include.views import VIEWS
 from serving.engine import QueryRefused, ServingEngine
 
@@ -46,18 +44,10 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
+def lake(streamed_lake, tmp_path_factory):
     from batch_layer.nightly import run_batch
-    from speed_layer.runner import run_stream
 
-    # Three micro-batches of an hour each; late events land more than an hour late, so the
-    # watermark has passed them.
-    settings = load_settings(home=tmp_path_factory.mktemp("serve") / "home", spark_master="local[2]",
-                             shuffle_partitions=2, max_files_per_trigger=2)
-    options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
-                             late_beyond=timedelta(hours=1))
-    generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=30, progress=False)
-    run_stream(settings.model_copy(update={"speed_views": "revenue_by_category_5m,order_payments"}), available_now=True)
+    settings = streamed_lake.copy_to(tmp_path_factory.mktemp("serve") / "home")
     run_batch(settings, DAY)
     notify(settings, "speed_layer_supervisor", "stream stalled; restarting", "warning")
     return settings
