@@ -85,6 +85,17 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
     return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
 
 
+def runs_no_data_batches(query: str) -> bool:
+    """Whether ``query`` should run Spark's no-data micro-batches (run when the watermark moved
+    and no new data came). An append-mode view emits rows as the watermark passes them (an
+    order whose payment can no longer come): it needs them, or an ``--available-now`` run would
+    end before its last rows come out. An update-mode view has emitted every row with the data
+    that changed it, and its processors' timers emit nothing; there a no-data batch would only
+    drop expired state, at a whole micro-batch's cost, which its next data batch does anyway."""
+    view = next((view for view in VIEWS_BY_NAME.values() if query_name(view) == query), None)
+    return view is None or view.speed_mode == "append"
+
+
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
     """A streaming query per view the speed layer maintains, by query name, in two phases: the
     dimensions, then the views that may look them up (``--available-now`` runs the phases one
@@ -96,4 +107,4 @@ def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore)
     ]
 
 
-__all__ = ["gold_writers", "query_name"]
+__all__ = ["gold_writers", "query_name", "runs_no_data_batches"]

@@ -22,7 +22,7 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import get_spark
 from speed_layer import bronze, ingest
-from speed_layer.gold import gold_writers
+from speed_layer.gold import gold_writers, runs_no_data_batches
 from speed_layer.metrics import StreamMetrics
 from speed_layer.progress import StreamProgress
 from speed_layer.sources import open_source
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 GRACEFUL_STOP_SECONDS = 120
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 
 
 class StreamFailed(RuntimeError):
@@ -53,6 +54,9 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
 
 
 def _start(settings: Settings, writer: DataStreamWriter, name: str, available_now: bool) -> StreamingQuery:
+    # A query takes the session's configuration as it starts.
+    spark = get_spark(settings)
+    spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
