@@ -7,7 +7,8 @@ visible through the serving layer.
 
 1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
    ``--trigger-interval``), on a fresh home.
-2. Every second this process lands one file per topic (clicks, sensors, orders, payments) with
+2. Once its heartbeat says it runs (JVM up, queries started; files landed before would be a
+   start-up backlog carried through the run), every second this process lands one file per topic (clicks, sensors, orders, payments) with
    that second's share of ``--events-per-second``, event time = now, written and renamed
    atomically like the generator's files. Order ids carry the file's number.
 3. One serving engine stays open in this process (no CLI start-up per poll); every 100 ms it
@@ -149,6 +150,20 @@ def percentile(values: list[float], share: float) -> float:
 MEASURED = ("order_payments", "revenue_by_category_5m", "alerts")
 
 
+def wait_until_running(settings, stream: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the stream's heartbeat says its queries run: files landed while its JVM starts would
+    be a backlog that a stream with little spare capacity carries through the whole run."""
+    from include.heartbeat import read_heartbeat
+
+    deadline = time.monotonic() + timeout
+    while (read_heartbeat(settings.run_dir) or {}).get("state") != "running":
+        if stream.poll() is not None:
+            raise SystemExit(f"lambdalake stream exited with {stream.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"lambdalake stream did not start within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
 def measure(args: argparse.Namespace, views: str) -> dict:
     """One live stream (``views``: `all` or ``stream --views``) on a fresh home while files land."""
     from include.config import load_settings
@@ -160,6 +175,7 @@ def measure(args: argparse.Namespace, views: str) -> dict:
            "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000"}
     command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
     stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until_running(settings, stream)
     lander = Lander(settings.landing_dir, args.events_per_second, args.seconds, args.cdc_per_second)
     lander.start()
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]

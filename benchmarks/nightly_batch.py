@@ -5,7 +5,8 @@
 1. Spark writes the day straight into Bronze (the master dataset, as the stream would have left
    it: raw JSON lines with their ingestion metadata), in the generator's mix: clicks 70%, sensors
    22%, orders 4%, each order paid (payments 4%, some after midnight), 1% of the lines again as
-   duplicates. Writing Bronze this way skips the speed layer, which would need far longer than
+   duplicates; and 100,000 customer changes (each of the 50,000 users read at the day's start,
+   then one segment change each). Writing Bronze this way skips the speed layer, which would need far longer than
    the batch for 10M events on 2 cores (see speed_layer.md); the speed tables stay empty, so
    reconciliation reports every batch row as a difference.
 2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it;
@@ -30,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 LAMBDALAKE = str(Path(sys.executable).parent / "lambdalake")
 SHARES = {"clicks": 0.70, "sensors": 0.22, "orders": 0.04, "payments": 0.04}
+CUSTOMERS = 50_000  # the users U0..U49999 who click and order
+SEGMENTS = ("consumer", "premium", "business")
 DUPLICATE_EVERY = 100  # one line in a hundred lands twice
 
 
@@ -39,6 +42,8 @@ def topic_lines(spark, topic: str, count: int, day: date):  # noqa: ANN001, ANN2
 
     start = int(datetime(day.year, day.month, day.day, tzinfo=timezone.utc).timestamp())
     i = F.col("id")
+    if topic == "customers_cdc":
+        return cdc_lines(spark, start, count)
     spread = F.lit(start) + i * 86_400.0 / count
     if topic == "payments":  # pays order i one to sixty minutes later; the last ones after midnight
         spread = spread + 60 + (i % 60) * 60
@@ -73,6 +78,33 @@ def topic_lines(spark, topic: str, count: int, day: date):  # noqa: ANN001, ANN2
     return lines.unionByName(again)
 
 
+def cdc_lines(spark, start: int, count: int):  # noqa: ANN001, ANN201 - SparkSession -> DataFrame
+    """Debezium-style changes as Bronze rows: a snapshot read ('r') of every customer at the day's
+    start, then one segment change ('u') per customer spread over the day (``count`` = twice the
+    customers)."""
+    from pyspark.sql import functions as F
+
+    i = F.col("id")
+    customer = i % CUSTOMERS
+    updated = i >= CUSTOMERS
+    moment = F.when(updated, F.lit(start) + 60 + customer * 86_000.0 / CUSTOMERS).otherwise(F.lit(start) + customer / 1000.0)
+
+    def row(shift: int):
+        segment = F.element_at(F.array(*[F.lit(s) for s in SEGMENTS]), ((customer + shift) % 3 + 1).cast("int"))
+        return F.struct(F.format_string("U%d", customer).alias("customer_id"), F.lit("Bench User").alias("name"),
+                        F.format_string("u%d@example.com", customer).alias("email"), segment.alias("segment"),
+                        F.lit("DE").alias("country"))
+
+    change = F.struct(F.when(updated, "u").otherwise("r").alias("op"), (moment * 1000).cast("long").alias("ts_ms"),
+                      F.when(updated, row(0)).alias("before"), F.when(updated, row(1)).otherwise(row(0)).alias("after"))
+    rows = spark.range(count).withColumn("event_time", F.timestamp_seconds(moment))
+    return rows.select(
+        F.to_json(change).cast("binary").alias("value"), F.lit("bench/customers_cdc").alias("source"),
+        F.col("event_time").alias("arrived_at"), F.col("event_time").alias("ingested_at"),
+        F.lit(0).cast("long").alias("batch_id"), F.to_date("event_time").alias("event_date"),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -93,13 +125,14 @@ def main() -> None:
     written = time.monotonic()
     counts = {topic: round(args.events * share) for topic, share in SHARES.items()}
     counts["payments"] = counts["orders"]
+    counts["customers_cdc"] = 2 * CUSTOMERS
     lines = 0
     for topic, count in counts.items():
         store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
         rows = topic_lines(spark, topic, count, args.date)
         store.append(tables.bronze(topic), rows)
         lines += store.read(tables.bronze(topic)).count()
-    IngestBatch(settings, store, tuple(SHARES))  # the tables a stream leaves behind (Silver, DLQ, ops), empty
+    IngestBatch(settings, store, tuple(counts))  # the tables a stream leaves behind (Silver, DLQ, ops), empty
     for view in VIEWS:
         store.ensure_table(view.speed_table, view.schema, ["date"])
     written = time.monotonic() - written
@@ -117,7 +150,9 @@ def main() -> None:
          "SELECT (SELECT sum(orders) FROM revenue_by_category_5m) AS orders, "
          "(SELECT count_if(status = 'paid') FROM order_payments) AS paid, "
          "(SELECT sum(readings) FROM device_health_5m) AS readings, "
-         "(SELECT sum(views + clicks + add_to_cart) FROM traffic_by_page_10m) AS click_counts"],
+         "(SELECT sum(views + clicks + add_to_cart) FROM traffic_by_page_10m) AS click_counts, "
+         "(SELECT count(*) FROM customers) AS customers, "
+         "(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN ('consumer', 'premium', 'business')) AS enriched"],
         capture_output=True, text=True, check=True)
     served = __import__("json").loads(check.stdout)[0]
     events_of_day = sum(counts.values())
@@ -135,7 +170,8 @@ def main() -> None:
         f"orders {served['orders']:,} of {counts['orders']:,}; paid orders {served['paid']:,} (every order is paid, "
         f"those paid after midnight included); sensor readings {served['readings']:,} of {counts['sensors']:,}; "
         f"click events counted in sliding windows {served['click_counts']:,} (each click in two windows, "
-        f"{2 * counts['clicks']:,} but for the window opening the day before).",
+        f"{2 * counts['clicks']:,} but for the window opening the day before); customers {served['customers']:,} "
+        f"of {CUSTOMERS:,}; orders enriched with a segment {served['enriched']:,} of {counts['orders']:,}.",
     ]
     text = "\n".join(report) + "\n"
     (ROOT / "benchmarks" / "results" / "nightly_batch.md").write_text(text)
