@@ -29,10 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from include.generator.simulation import SEGMENTS  # noqa: E402 - from this checkout
 LAMBDALAKE = str(Path(sys.executable).parent / "lambdalake")
 SHARES = {"clicks": 0.70, "sensors": 0.22, "orders": 0.04, "payments": 0.04}
 CUSTOMERS = 50_000  # the users U0..U49999 who click and order
-SEGMENTS = ("consumer", "premium", "business")
 DUPLICATE_EVERY = 100  # one line in a hundred lands twice
 
 
@@ -90,7 +90,7 @@ def cdc_lines(spark, start: int, count: int):  # noqa: ANN001, ANN201 - SparkSes
     moment = F.when(updated, F.lit(start) + 60 + customer * 86_000.0 / CUSTOMERS).otherwise(F.lit(start) + customer / 1000.0)
 
     def row(shift: int):
-        segment = F.element_at(F.array(*[F.lit(s) for s in SEGMENTS]), ((customer + shift) % 3 + 1).cast("int"))
+        segment = F.element_at(F.array(*[F.lit(s) for s in SEGMENTS]), ((customer + shift) % len(SEGMENTS) + 1).cast("int"))
         return F.struct(F.format_string("U%d", customer).alias("customer_id"), F.lit("Bench User").alias("name"),
                         F.format_string("u%d@example.com", customer).alias("email"), segment.alias("segment"),
                         F.lit("DE").alias("country"))
@@ -152,7 +152,7 @@ def main() -> None:
          "(SELECT sum(readings) FROM device_health_5m) AS readings, "
          "(SELECT sum(views + clicks + add_to_cart) FROM traffic_by_page_10m) AS click_counts, "
          "(SELECT count(*) FROM customers) AS customers, "
-         "(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN ('consumer', 'premium', 'business')) AS enriched"],
+         f"(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN {SEGMENTS}) AS enriched"],
         capture_output=True, text=True, check=True)
     served = __import__("json").loads(check.stdout)[0]
     events_of_day = sum(counts.values())

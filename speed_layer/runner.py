@@ -53,9 +53,9 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
     }
 
 
-def _start(settings: Settings, writer: DataStreamWriter, name: str, available_now: bool) -> StreamingQuery:
+def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
+           available_now: bool) -> StreamingQuery:
     # A query takes the session's configuration as it starts.
-    spark = get_spark(settings)
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -151,17 +151,17 @@ def run_stream(
         if available_now:
             progress = StreamProgress(settings, metrics) if show_progress else None
             try:
-                _supervise([_start(settings, w, name, True) for name, w in ingesting.items()], metrics, stop,
+                _supervise([_start(spark, settings, w, name, True) for name, w in ingesting.items()], metrics, stop,
                            progress.tick if progress else None)
             finally:
                 if progress:
                     progress.close()
             for phase in gold:
                 if not stop.is_set():
-                    _supervise([_start(settings, w, name, True) for name, w in phase.items()], metrics, stop)
+                    _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop)
         else:
             writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
-            queries = [_start(settings, w, name, False) for name, w in writers.items()]
+            queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             _supervise(queries, metrics, stop)
     finally:
         metrics.flush()

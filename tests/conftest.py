@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from include.config import Settings, load_settings
+from include.generator import GenerationResult
 from include.spark import get_spark
 
 
@@ -62,7 +62,7 @@ def streamed_lake(spark, tmp_path_factory: pytest.TempPathFactory):
 @dataclass(frozen=True)
 class StreamedLake:
     settings: Settings
-    result: Any  # the generator's result: ledger and ground truth
+    result: GenerationResult  # ledger and ground truth
 
     def copy_to(self, home: Path) -> Settings:
         """This lake's home copied to ``home``; settings that differ only in the home."""
