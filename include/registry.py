@@ -135,6 +135,19 @@ class ViewSpec:
     lookups: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()  # stored columns that serving does not show
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
+    # Non-empty: the speed layer keeps no streaming state for the view. It runs the definition on
+    # each micro-batch of its one input alone, then combines those rows with the stored rows of
+    # the same keys by these aggregates (column -> SQL aggregate over both); columns not listed
+    # belong to the key (e.g. ``window_end``, ``date``). For aggregates whose state would grow
+    # with the window (lists of what was counted), which Spark would rewrite every micro-batch.
+    combine: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.combine and len(self.inputs) != 1:
+            raise ValueError(f"view '{self.name}': combine needs exactly one input topic, it has {self.inputs}")
+        unknown = [name for name in self.combine if name not in column_names(self.fields)]
+        if unknown:
+            raise ValueError(f"view '{self.name}': combine names {unknown}, which are not its columns")
 
     @property
     def speed_table(self) -> str:

@@ -19,6 +19,7 @@ DELTA_TABLE_CLASS = "io/delta/tables/DeltaTable.class"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LOCAL_LISTING_THRESHOLD = 1_000_000
 
 
 def _candidate_jars(settings: Settings) -> list[Path]:
@@ -101,6 +102,11 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
     # Only a JVM this process starts takes the class path; under spark-submit it is running already.
     if settings.spark_master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = _fast_local_files(builder)
+    if settings.spark_master.startswith("local"):
+        # A file source's micro-batch of more than 32 files is listed by a Spark job, which
+        # queues behind the other queries' tasks (seconds per batch in the live stream);
+        # local files are listed in milliseconds on the driver.
+        builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", str(LOCAL_LISTING_THRESHOLD))
     # Python workers (stateful processors) run this interpreter, not whatever python3 is on
     # PATH; the JVM passes its environment on to them.
     if settings.spark_master.startswith("local"):

@@ -6,7 +6,8 @@ stateful operators (window aggregation, stream-stream join, …) and merges its 
 view's speed table with ``(query, batch_id)`` transaction ids. Late events never reach a fact
 view's feed, so those views drop exactly what ``late_events`` lists; a dimension gets its late
 changes too. A view that looks up a dimension joins the dimension's speed table as it stands
-at each micro-batch.
+at each micro-batch. A view that declares ``combine`` keeps no state: its query runs the
+definition on each micro-batch and adds the result to the stored rows (:class:`CombineBatch`).
 """
 
 from __future__ import annotations
@@ -74,12 +75,50 @@ class MergeBatch:
         self.store.merge(view.speed_table, rows, view.keys, txn, update_when, delete_when=view.tombstone)
 
 
+class CombineBatch:
+    """``foreachBatch`` of a view without streaming state (:attr:`ViewSpec.combine`): the
+    definition on this micro-batch alone, combined with the stored rows of its keys, upserted
+    exactly once. A replay before the commit reads the same stored rows, so it computes the same."""
+
+    def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
+        self.store, self.view, self.settings, self.query = store, view, settings, query_name(view)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        view, txn = self.view, Txn(self.query, batch_id)
+        if self.store.is_committed(view.speed_table, txn):
+            return
+        inputs = {view.inputs[0]: batch, **{name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}}
+        columns = view.schema.fieldNames()
+        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns).persist()
+        try:
+            dates = [row["date"] for row in rows.select("date").distinct().collect()]
+            if not dates:
+                return
+            keys = list(view.keys)
+            stored = (self.store.read(view.speed_table).where(F.col("date").isin(dates))
+                      .join(rows.select(*keys).distinct(), keys, "left_semi"))
+            kept = [name for name in columns if name not in view.combine]
+            combined = (rows.unionByName(stored).groupBy(*kept)
+                        .agg(*[F.expr(sql).alias(name) for name, sql in view.combine.items()]).select(*columns))
+            self.store.merge(view.speed_table, combined, keys, txn)
+        finally:
+            rows.unpersist()
+
+
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
     store.ensure_table(view.speed_table, view.schema, ["date"])
-    inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     for name in view.lookups:
         looked_up = VIEWS_BY_NAME[name]
         store.ensure_table(looked_up.speed_table, looked_up.schema, ["date"])
+    if view.combine:  # no state, so no watermark: ingest left the late events out already
+        (topic,) = view.inputs
+        feed = feed_stream(spark, settings, topic, watermarked=False)
+        return feed.writeStream.queryName(query_name(view)).foreachBatch(CombineBatch(store, view, settings))
+    inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
+    for name in view.lookups:
+        looked_up = VIEWS_BY_NAME[name]
         inputs[name] = store.read_latest(looked_up.speed_table, looked_up.schema)
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
     return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))

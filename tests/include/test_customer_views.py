@@ -173,47 +173,57 @@ def test_batch_enrichment_is_point_in_time(spark, settings):
 
 
 def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, settings):
-    """The stream-static join re-reads the dimension's Delta table every micro-batch: an order
-    processed after a segment change gets the new segment without a restart; reconciliation then
-    counts the order the stream enriched differently from the point-in-time batch."""
+    """The speed query re-reads the dimension's Delta table every micro-batch: an order processed
+    after a segment change gets the new segment without a restart; reconciliation then counts
+    the order the stream enriched differently from the point-in-time batch. The view keeps no
+    streaming state: each micro-batch's rows are added to the stored ones (revenue exact in
+    decimal), and a replayed micro-batch adds nothing."""
     from include.lakehouse import open_store
-    from speed_layer.gold import MergeBatch
+    from speed_layer.gold import CombineBatch
 
     store = open_store(settings, spark, engine="delta-rs")
     view, dimension = VIEWS_BY_NAME["revenue_by_segment_1h"], VIEWS_BY_NAME["customers_history"]
     store.ensure_table(dimension.speed_table, dimension.schema, ["date"])
     store.ensure_table(view.speed_table, view.schema, ["date"])
-    store.merge(dimension.speed_table, history(spark, [("C1", "consumer", t(0), None, False)]), dimension.keys)
+    store.merge(dimension.speed_table, history(spark, [("C1", "consumer", t(0), None, False),
+                                                       ("C2", "consumer", t(0), None, False)]), dimension.keys)
     folder = settings.home / "orders"
-    spark.createDataFrame([("o1", "C1", "books", 10.0, t(10), t(10))], ORDERS).write.parquet(str(folder / "b0"))
-    inputs = {"orders": spark.readStream.schema(ORDERS).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes"),
-              "customers_history": store.read_latest(dimension.speed_table, dimension.schema)}
-    rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-    seen = []
+    spark.createDataFrame([("o1", "C1", "books", 0.1, t(10), t(10))], ORDERS).write.parquet(str(folder / "b0"))
+    combine = CombineBatch(store, view, settings)
+    seen, batches = [], {}
 
     def merge(batch, batch_id):
-        MergeBatch(store, view, settings)(batch, batch_id)
-        seen.append(sorted((r["segment"], r["order_ids"]) for r in store.read(view.speed_table).collect()))
+        batches[batch_id] = batch.collect()
+        combine(batch, batch_id)
+        seen.append(sorted((r["segment"], r["revenue"], r["orders"], r["order_ids"])
+                           for r in store.read(view.speed_table).collect()))
 
-    query = (rows.writeStream.outputMode("update").foreachBatch(merge)
+    query = (spark.readStream.schema(ORDERS).parquet(str(folder / "*")).writeStream.foreachBatch(merge)
              .option("checkpointLocation", str(settings.checkpoints_dir / "enrich")).trigger(processingTime="1 second").start())
     try:
         while not seen:
             query.awaitTermination(0.5)
-        # The customer changes segment at 10:20 (the dimension's query commits it), then an order of 10:15 lands.
+        # C1 changes segment at 10:20 (the dimension's query commits it), then orders of 10:15 land.
         store.merge(dimension.speed_table, history(spark, [("C1", "consumer", t(0), t(20), False),
                                                            ("C1", "premium", t(20), None, False)]), dimension.keys)
-        spark.createDataFrame([("o2", "C1", "books", 5.0, t(15), t(25))], ORDERS).write.parquet(str(folder / "b1"))
+        spark.createDataFrame([("o2", "C1", "books", 5.0, t(15), t(25)), ("o3", "C2", "books", 0.2, t(16), t(25))],
+                              ORDERS).write.parquet(str(folder / "b1"))
         while len(seen) < 2 or len(seen[-1]) < 2:
             assert query.exception() is None
             query.awaitTermination(0.5)
     finally:
         query.stop()
-    assert seen[-1] == [("consumer", ["o1"]), ("premium", ["o2"])]
+    assert seen[-1] == [("consumer", 0.3, 2, ["o1", "o3"]), ("premium", 5.0, 1, ["o2"])]
+    last = max(batches)
+    combine(spark.createDataFrame(batches[last], ORDERS), last)  # a replay of a committed micro-batch
+    assert sorted((r["segment"], r["revenue"], r["orders"]) for r in store.read(view.speed_table).collect()) == [
+        ("consumer", 0.3, 2), ("premium", 5.0, 1)]
 
     batch = revenue_by_segment_1h(
-        {"orders": spark.createDataFrame([("o1", "C1", "books", 10.0, t(10), t(10)), ("o2", "C1", "books", 5.0, t(15), t(25))], ORDERS),
-         "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False), ("C1", "premium", t(20), None, False)])},
+        {"orders": spark.createDataFrame([("o1", "C1", "books", 0.1, t(10), t(10)), ("o2", "C1", "books", 5.0, t(15), t(25)),
+                                          ("o3", "C2", "books", 0.2, t(16), t(25))], ORDERS),
+         "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False), ("C1", "premium", t(20), None, False),
+                                              ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
     differing = view.differences.rows(store.read(view.speed_table), batch).collect()
     assert [(r["order_id"], r["amount"], r["speed_segment"], r["batch_segment"]) for r in differing] == [
