@@ -15,9 +15,10 @@ visible through the serving layer.
    refreshes the tables whose Delta version changed and checks, per file: its orders in
    ``order_payments``, and ``revenue_by_category_5m`` counting every order landed up to it.
    Freshness = first time seen - rename time. Files landed during ``--warmup`` are not counted
-   (JVM start-up, first plans). Each sensors file also holds one reading above the temperature
-   limit from a device named after the file: alert latency = its ``high_temperature`` row in
-   ``alerts`` first seen - rename time.
+   (JVM start-up, first plans). A sensors file holds one reading of each device of a fixed fleet
+   (as many devices as readings per second), plus one reading above the temperature limit from
+   a device named after the file: alert latency = its ``high_temperature`` row in ``alerts``
+   first seen - rename time.
 
    With ``--cdc-per-second N`` each second also lands a ``customers_cdc`` file of N changes
    (updates spread over 300,000 customers, plus the creation of a customer named after the
@@ -83,8 +84,10 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
                         "after": row(f"K{(number * count + i) % CDC_CUSTOMERS:06d}", CDC_SEGMENTS[(number + i) % 3])})
             for i in range(count - 1)
         ]
+    # A fleet that reports once a second per device (the same devices every second), plus one
+    # overheating device named after the file, whose alert is timed.
     hot = [json.dumps({"device_id": f"H{number:06d}", "temperature": 90.0, "humidity": 40.0, "event_time": at})]
-    return hot + [json.dumps({"device_id": f"D{number:06d}-{i}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
+    return hot + [json.dumps({"device_id": f"D{i:05d}", "temperature": 21.5, "humidity": 40.0, "event_time": at})
                   for i in range(count - 1)]
 
 
@@ -245,7 +248,8 @@ def main() -> None:
         f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.",
         "",
         "`lambdalake stream` (all queries, processing-time trigger as above) while this process lands one "
-        "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events); one serving engine "
+        "file per topic every second (clicks 70%, sensors 20%, orders 5%, payments 5% of the events; each sensors file one "
+        "reading per device of a fixed fleet); one serving engine "
         "kept open, refreshed every 100 ms. Freshness: a file's atomic rename to its events visible through the serving "
         f"layer; files of the first {args.warmup} s not counted. `alerts`: alert latency, the file's overheating reading "
         "to its `high_temperature` alert. `customers`: CDC apply latency, the file's new customer to its row in `customers`"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 
 import json
 import statistics
@@ -314,3 +314,57 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
     assert [(r["alert_id"], r["value"], r["detected_at"]) for r in second] == [(first[0]["alert_id"], 7.0, first[0]["detected_at"])]
     announced = [json.loads(r["details"])["alert_id"] for r in store.read("ops/alerts").collect()]
     assert announced == [first[0]["alert_id"]]
+
+
+def test_the_speed_side_frees_state_once_the_watermark_passes_and_keeps_one_timer_per_key(spark, settings):
+    """Sessions, recent readings and order windows leave Spark's state store once the watermark
+    has passed them (their timers fire); a key with state keeps exactly one timer, moved as its
+    state changes."""
+    from include.lakehouse import open_store
+    from speed_layer.gold import MergeBatch
+
+    store = open_store(settings, spark, engine="delta-rs")
+    views = (VIEWS_BY_NAME["user_sessions"], VIEWS_BY_NAME["alerts"])
+    schemas = {"clicks": CLICKS, "sensors": SENSORS, "orders": ORDERS}
+    folders = {name: settings.home / "input" / name for name in schemas}
+
+    def run(batch: int, hour: int, minute: int, key: str) -> None:
+        rows = {"clicks": [(f"e{batch}", f"u{key}", "/a", "view", t(hour, minute))],
+                "sensors": [(f"D{key}", 20.0, 40.0, t(hour, minute))],
+                "orders": [(f"o{batch}{i}", f"b{key}", "books", 1.0, t(hour, minute + 1, i)) for i in range(2)]}
+        for name, data in rows.items():
+            spark.createDataFrame(data, schemas[name]).write.parquet(str(folders[name] / f"b{batch}"))
+        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes")
+                  for name, folder in folders.items()}
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")  # the watermark's batch fires the timers
+        for view in views:
+            store.ensure_table(view.speed_table, view.schema, ["date"])
+            out = view.define({topic: inputs[topic] for topic in view.inputs}, ViewContext(settings, exact=False))
+            (out.select(*view.schema.fieldNames()).writeStream.outputMode(view.speed_mode)
+             .foreachBatch(MergeBatch(store, view, settings)).option("checkpointLocation", str(settings.checkpoints_dir / view.name))
+             .trigger(availableNow=True).start().awaitTermination())
+
+    def state(view: str, **options: str) -> list:
+        reader = spark.read.format("statestore")
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return reader.load(str(settings.checkpoints_dir / view)).collect()
+
+    def keys(view: str, variable: str) -> list[tuple]:
+        return sorted({tuple(r["key"]) for r in state(view, stateVarName=variable)})
+
+    def timers(view: str) -> list[tuple]:
+        return sorted((tuple(r["key"]), r["expiration_timestamp_ms"]) for r in state(view, readRegisteredTimers="true"))
+
+    def ms(moment: datetime) -> int:
+        return int(moment.replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+    run(0, 10, 0, "1")
+    run(1, 12, 0, "2")  # two hours later: the watermark passes everything of the first keys
+    run(2, 12, 5, "2")  # the same keys again: each timer moves
+    assert keys("user_sessions", "sessions") == [("u2",)]
+    assert keys("alerts", "readings") == [("sensors", "D2")]
+    assert keys("alerts", "windows") == [("orders", "b2")]
+    assert timers("user_sessions") == [(("u2",), ms(t(12, 35)))]  # the session's last click + the gap
+    assert timers("alerts") == [(("orders", "b2"), ms(t(12, 10))),  # the last open window's end
+                                (("sensors", "D2"), ms(t(12, 20)))]  # the last reading + the look-back
