@@ -12,6 +12,10 @@
    events/s = landed lines / seconds. The processing time (first
    micro-batch start to last end, from Spark's progress) is reported beside it.
 3. The native ceiling, in the same run: pyarrow reads each JSON Lines file and writes Parquet.
+4. Spark's floor, in the same run (``spark_floor.py``, a fresh process per micro-batch size): one
+   Structured Streaming query reads the same files as text and writes Parquet, five files (one
+   per topic's) per micro-batch per ``--max-files-per-trigger``: what any speed layer on Spark
+   does at least.
 Where the stream's time went comes from ``stream_metrics`` (Spark's durationMs per batch).
 Writes a Markdown report to ``benchmarks/results/speed_layer.md``.
 """
@@ -51,6 +55,14 @@ def native_ceiling(landing: Path, out: Path) -> float:
     for number, path in enumerate(sorted(landing.glob("*/*.jsonl"))):
         pq.write_table(pj.read_json(path), out / f"{number}.parquet")
     return time.perf_counter() - started
+
+
+def spark_floor(landing: Path, out: Path, files_per_topic: int) -> dict:
+    """``spark_floor.py`` in a fresh process: its wall clock and its processing time."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "spark_floor.py"), str(landing), str(out),
+                           str(files_per_topic * len(list(landing.iterdir())))], check=True, capture_output=True, text=True)
+    return {"files": files_per_topic, "seconds": time.perf_counter() - started, **json.loads(done.stdout.splitlines()[-1])}
 
 
 def processing_seconds(home: Path) -> float:
@@ -119,6 +131,7 @@ def main() -> int:
         size = sum(p.stat().st_size for p in (home / "landing").glob("*/*.jsonl"))
 
         native_seconds = native_ceiling(home / "landing", Path(scratch) / "native")
+        floors = [spark_floor(home / "landing", Path(scratch) / f"floor-{n}", n) for n in args.max_files_per_trigger]
         runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}-{rsd}", n, views, rsd)
                 for n in args.max_files_per_trigger for number, views in enumerate(args.views)
                 for rsd in args.approx_distinct_rsd]
@@ -140,6 +153,13 @@ def main() -> int:
             f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, {label(result['views'], result['rsd'])}, wall clock "
             f"(JVM and Spark start-up included) | {result['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
             f"| the same run, first micro-batch start to last end | {result['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
+        ]
+    for floor in floors:
+        wall, work = lines / floor["seconds"], lines / floor["processing"]
+        report += [
+            f"| Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) per topic per "
+            f"micro-batch ({floor['micro_batches']} micro-batches), wall clock | {floor['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
+            f"| the same run, first micro-batch start to last end | {floor['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
         ]
     report += [
         f"| native ceiling: pyarrow JSON read + Parquet write | {native_seconds:.1f} | {native_rate:,.0f} | 1.00x |",
