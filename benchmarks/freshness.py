@@ -26,8 +26,10 @@ visible through the serving layer.
    latency does not grow over the run, the dimension keeps up with N changes/s.
 
 4. Every 10 s it samples the stream's resident memory (its process and the JVM under it, from
-   ``/proc``): with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the
-   watermark keeps it flat).
+   ``/proc``) and the JVM's heap (``jcmd GC.heap_info``), so growth shows as heap (the JVM
+   collects lazily up to its maximum) or beyond it (RocksDB state, metadata, Python workers):
+   with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the watermark
+   keeps it flat).
 
 Writes a Markdown report to ``benchmarks/results/freshness.md``.
 """
@@ -38,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -145,6 +148,20 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def jvm_heap_mb(pid: int) -> tuple[float, float] | None:
+    """(used, committed) heap of the JVM under ``pid``, MB (``jcmd GC.heap_info``), or None."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"java" in (entry / "cmdline").read_bytes().split(b"\0")[0] \
+                    and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found = subprocess.run(["jcmd", entry.name, "GC.heap_info"], capture_output=True, text=True, timeout=30)
+                match = re.search(r"heap\s+total (\d+)K, used (\d+)K", found.stdout)
+                return (int(match[2]) / 1024, int(match[1]) / 1024) if match else None
+        except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+            continue
+    return None
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -184,7 +201,7 @@ def measure(args: argparse.Namespace, views: str) -> dict:
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
     engine = None
-    memory: list[tuple[float, float]] = []  # (seconds since start, MB)
+    memory: list[tuple[float, float, tuple[float, float] | None]] = []  # (s since start, RSS MB, JVM heap MB)
     started = next_sample = time.monotonic()
     deadline = time.monotonic() + args.seconds + 180
     try:
@@ -196,7 +213,7 @@ def measure(args: argparse.Namespace, views: str) -> dict:
             engine.refresh()
             now = time.monotonic()
             if now >= next_sample:
-                memory.append((now - started, tree_rss_mb(stream.pid)))
+                memory.append((now - started, tree_rss_mb(stream.pid), jvm_heap_mb(stream.pid)))
                 next_sample = now + 10
             if "order_payments" in seen:
                 per_file = engine.rows(
@@ -270,14 +287,24 @@ def main() -> None:
                               f"{sum(delays[-tenth:]) / tenth:.1f} | {missing} |")
             else:
                 report.append(f"| {label(run['views'])} | `{view}` | 0 | - | - | - | - | - | {missing} |")
-    report += ["", "Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s after the warm-up):", ""]
+    report += ["", "Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s after the warm-up; the JVM's "
+               "heap from `jcmd GC.heap_info`; beyond the committed heap: RocksDB state, JVM metadata, Python workers):", ""]
     for run in runs:
-        after_warmup = [mb for at, mb in run["memory"] if at >= args.warmup]
-        if after_warmup:
-            tenth = max(1, len(after_warmup) // 10)
-            first, last = sum(after_warmup[:tenth]) / tenth, sum(after_warmup[-tenth:]) / tenth
-            report.append(f"- {label(run['views'])}: {len(after_warmup)} samples, first tenth {first:,.0f} MB, "
-                          f"last tenth {last:,.0f} MB ({last / first:.2f}x), peak {max(after_warmup):,.0f} MB.")
+        samples = [(rss, heap) for at, rss, heap in run["memory"] if at >= args.warmup]
+        if not samples:
+            continue
+        tenth = max(1, len(samples) // 10)
+
+        def ends(values: list[float]) -> str:
+            first, last = sum(values[:tenth]) / tenth, sum(values[-tenth:]) / tenth
+            return f"first tenth {first:,.0f} MB, last tenth {last:,.0f} MB ({last / first:.2f}x)"
+
+        rss = [mb for mb, _ in samples]
+        report.append(f"- {label(run['views'])}: {len(samples)} samples. RSS {ends(rss)}, peak {max(rss):,.0f} MB.")
+        heaps = [(mb, heap) for mb, heap in samples if heap]
+        if heaps:
+            report.append(f"  Heap used {ends([heap[0] for _, heap in heaps])}; committed {ends([heap[1] for _, heap in heaps])}; "
+                          f"RSS beyond the committed heap {ends([mb - heap[1] for mb, heap in heaps])}.")
     text = "\n".join(report) + "\n"
     args.report.write_text(text)
     print(text)

@@ -109,17 +109,15 @@ class CombineBatch:
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
     store.ensure_table(view.speed_table, view.schema, ["date"])
-    for name in view.lookups:
-        looked_up = VIEWS_BY_NAME[name]
-        store.ensure_table(looked_up.speed_table, looked_up.schema, ["date"])
+    dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
+    for dimension in dimensions:
+        store.ensure_table(dimension.speed_table, dimension.schema, ["date"])
     if view.combine:  # no state, so no watermark: ingest left the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)
         return feed.writeStream.queryName(query_name(view)).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
-    for name in view.lookups:
-        looked_up = VIEWS_BY_NAME[name]
-        inputs[name] = store.read_latest(looked_up.speed_table, looked_up.schema)
+    inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
     return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
 
