@@ -168,6 +168,7 @@ def percentile(values: list[float], share: float) -> float:
 
 
 MEASURED = ("order_payments", "revenue_by_category_5m", "alerts")
+STOP_SECONDS = 600
 
 
 def wait_until_running(settings, stream: subprocess.Popen, timeout: float = 300) -> None:
@@ -242,7 +243,12 @@ def measure(args: argparse.Namespace, views: str) -> dict:
                 break
     finally:
         stream.send_signal(signal.SIGTERM)
-        stream.wait(timeout=300)
+        try:  # a backlogged stream finishes its in-flight micro-batches first
+            stream.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            print(f"lambdalake stream still running {STOP_SECONDS} s after SIGTERM: killed", file=sys.stderr)
+            stream.kill()
+            stream.wait()
     return {"views": views, "seen": seen, "renamed": dict(lander.renamed), "memory": memory}
 
 
