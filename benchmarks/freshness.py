@@ -125,8 +125,8 @@ class Lander(threading.Thread):
             self.renamed[number] = time.monotonic()
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants, MB (Linux ``/proc``)."""
+def children_of() -> dict[int, list[int]]:
+    """Every process's children (Linux ``/proc``)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -135,6 +135,12 @@ def tree_rss_mb(pid: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, MB (Linux ``/proc``)."""
+    children = children_of()
     total, todo = 0, [pid]
     while todo:
         current = todo.pop()
@@ -150,14 +156,13 @@ def tree_rss_mb(pid: int) -> float:
 
 def jvm_heap_mb(pid: int) -> tuple[float, float] | None:
     """(used, committed) heap of the JVM under ``pid``, MB (``jcmd GC.heap_info``), or None."""
-    for entry in Path("/proc").iterdir():
+    for child in children_of().get(pid, []):
         try:
-            if entry.name.isdigit() and b"java" in (entry / "cmdline").read_bytes().split(b"\0")[0] \
-                    and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found = subprocess.run(["jcmd", entry.name, "GC.heap_info"], capture_output=True, text=True, timeout=30)
+            if b"java" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
+                found = subprocess.run(["jcmd", str(child), "GC.heap_info"], capture_output=True, text=True, timeout=30)
                 match = re.search(r"heap\s+total (\d+)K, used (\d+)K", found.stdout)
                 return (int(match[2]) / 1024, int(match[1]) / 1024) if match else None
-        except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError):
             continue
     return None
 

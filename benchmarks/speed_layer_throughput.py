@@ -147,20 +147,20 @@ def main() -> int:
         "| what | seconds | events/s | vs native |",
         "|---|---:|---:|---:|",
     ]
+    def timed_rows(what: str, run: dict) -> list[str]:
+        """A run's wall-clock row (start-up included) and its processing-time row."""
+        return [
+            f"| {what}, wall clock | {run['seconds']:.1f} | {lines / run['seconds']:,.0f} | {lines / run['seconds'] / native_rate:.2f}x |",
+            f"| the same run, first micro-batch start to last end | {run['processing']:.1f} | {lines / run['processing']:,.0f} | "
+            f"{lines / run['processing'] / native_rate:.2f}x |",
+        ]
+
     for result in runs:
-        wall, work = lines / result["seconds"], lines / result["processing"]
-        report += [
-            f"| `stream --available-now`, {result['files']} file(s) per topic per micro-batch, {label(result['views'], result['rsd'])}, wall clock "
-            f"(JVM and Spark start-up included) | {result['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
-            f"| the same run, first micro-batch start to last end | {result['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
-        ]
+        report += timed_rows(f"`stream --available-now`, {result['files']} file(s) per topic per micro-batch, "
+                             f"{label(result['views'], result['rsd'])} (JVM and Spark start-up included)", result)
     for floor in floors:
-        wall, work = lines / floor["seconds"], lines / floor["processing"]
-        report += [
-            f"| Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) per topic per "
-            f"micro-batch ({floor['micro_batches']} micro-batches), wall clock | {floor['seconds']:.1f} | {wall:,.0f} | {wall / native_rate:.2f}x |",
-            f"| the same run, first micro-batch start to last end | {floor['processing']:.1f} | {work:,.0f} | {work / native_rate:.2f}x |",
-        ]
+        report += timed_rows(f"Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) per topic "
+                             f"per micro-batch ({floor['micro_batches']} micro-batches)", floor)
     report += [
         f"| native ceiling: pyarrow JSON read + Parquet write | {native_seconds:.1f} | {native_rate:,.0f} | 1.00x |",
         "",

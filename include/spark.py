@@ -107,9 +107,8 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # queues behind the other queries' tasks (seconds per batch in the live stream);
         # local files are listed in milliseconds on the driver.
         builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", str(LOCAL_LISTING_THRESHOLD))
-    # Python workers (stateful processors) run this interpreter, not whatever python3 is on
-    # PATH; the JVM passes its environment on to them.
-    if settings.spark_master.startswith("local"):
+        # Python workers (stateful processors) run this interpreter, not whatever python3 is on
+        # PATH; the JVM passes its environment on to them.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
