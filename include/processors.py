@@ -14,12 +14,17 @@ Why not Spark's built-in operators:
   event-time timers once the watermark has passed it.
 
 Both receive event times as microseconds since the epoch (no time-zone conversion in Python) and
-run on the executors, one call per key and micro-batch. The batch layer computes the same rules
-with plain DataFrame operators (:mod:`include.views`).
+run on the executors, one call per key and micro-batch. Every call to a key's state is a round
+trip to the JVM, so each key keeps one value (a device's up to 900 recent readings packed into
+bytes, not a list state of 900 rows to read and rewrite each second) and one timer, registered
+once rather than moved with every micro-batch. The batch layer computes the same rules with plain
+DataFrame operators (:mod:`include.views`).
 """
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -58,29 +63,28 @@ def merge_sessions(sessions: Iterable[Session], gap_us: int) -> list[Session]:
     return merged
 
 
-SESSION_STATE = "start long, end long, events long, pages array<string>, converted boolean"
+SESSION_STATE = "sessions array<struct<start: long, end: long, events: long, pages: array<string>, converted: boolean>>, timer_ms long"
 SESSION_OUTPUT = "user_id string, start_us long, end_us long, events long, pages long, converted boolean"
 
 
 class OpenSessions(StatefulProcessor):
     """Per user (key ``user_id``; rows ``event_us, page_url, action``): the sessions not yet
-    closed by the watermark, emitted whenever they change."""
+    closed by the watermark, emitted whenever they change. The state is one value per user (its
+    open sessions and the time of its timer); the timer is registered when the user first keeps
+    state, for when the first session could close, and the next one when it fires (as in
+    :class:`AlertDetector`)."""
 
     def __init__(self, gap_us: int) -> None:
         self.gap_us = gap_us
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.sessions = handle.getListState("sessions", SESSION_STATE)
-
-    def _stored(self) -> list[Session]:
-        if not self.sessions.exists():
-            return []
-        return [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in self.sessions.get()]
+        self.state = handle.getValueState("open_sessions", SESSION_STATE)
 
     def handleInputRows(self, key: tuple, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         (user_id,) = key
-        before = self._stored()
+        stored = self.state.get()
+        before = [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in stored[0]] if stored else []
         clicks = [Session(r.event_us, r.event_us, 1, frozenset([r.page_url]), r.action == "add_to_cart") for r in rows]
         after = merge_sessions(before + clicks, self.gap_us)
         unchanged = set(before) & set(after)
@@ -92,24 +96,26 @@ class OpenSessions(StatefulProcessor):
             if session not in unchanged:
                 yield Row(user_id=user_id, start_us=session.start, end_us=session.end, events=session.events,
                           pages=len(session.pages), converted=session.converted)
-        self._keep(after, timerValues.getCurrentWatermarkInMs())
+        self._keep(after, timerValues.getCurrentWatermarkInMs(), stored[1] if stored else None)
 
     def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        self._keep(self._stored(), timerValues.getCurrentWatermarkInMs())
+        stored = self.state.get()
+        sessions = [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in stored[0]] if stored else []
+        self._keep(sessions, timerValues.getCurrentWatermarkInMs(), None)
         return iter([])
 
-    def _keep(self, sessions: list[Session], watermark_ms: int) -> None:
+    def _keep(self, sessions: list[Session], watermark_ms: int, timer_ms: int | None) -> None:
         """Store the sessions a future on-time click (after the watermark) could still extend,
-        and a timer for when the first of them closes."""
+        with a timer (``timer_ms``, the one registered, or a new one) for when they may close."""
         watermark_us = watermark_ms * 1000
         open_ = [s for s in sessions if s.end + self.gap_us > watermark_us]
-        for timer in self.handle.listTimers():
-            self.handle.deleteTimer(timer)
         if not open_:
-            self.sessions.clear()
+            self.state.clear()
             return
-        self.sessions.put([(s.start, s.end, s.events, sorted(s.pages), s.converted) for s in open_])
-        self.handle.registerTimer(min(s.end for s in open_) // 1000 + self.gap_us // 1000)
+        if timer_ms is None:
+            timer_ms = min(s.end for s in open_) // 1000 + self.gap_us // 1000
+            self.handle.registerTimer(timer_ms)
+        self.state.update(([(s.start, s.end, s.events, sorted(s.pages), s.converted) for s in open_], timer_ms))
 
     def close(self) -> None:
         pass
@@ -142,22 +148,41 @@ def z_score(centis: list[int], value: int, rules: AlertRules) -> float | None:
 
 
 ALERT_OUTPUT = "kind string, entity_id string, event_us long, value double, threshold double, detected_us long"
-READING_STATE = "event_us long, centi long"
-WINDOW_STATE = "orders long, detected_us long"
+# A key's state is one value: its numbers packed as 64-bit integers (a device's recent readings,
+# up to 900 at one a second, cross to the JVM as one field, not as 900 rows), and the time of
+# the timer it has registered.
+HISTORY_STATE = "readings binary, timer_ms long"  # (event_us, centi) pairs, by event time
+WINDOWS_STATE = "windows binary, timer_ms long"  # (start_us, orders, detected_us) triples, by start
+
+
+def pack(numbers: Iterable[int]) -> bytes:
+    return array("q", numbers).tobytes()
+
+
+def unpack(blob: bytes | None, width: int) -> list[tuple[int, ...]]:
+    """Tuples of ``width`` integers from :func:`pack`'s bytes."""
+    numbers = array("q")
+    numbers.frombytes(blob or b"")
+    return list(zip(*(numbers[i::width] for i in range(width))))
 
 
 class AlertDetector(StatefulProcessor):
     """Per entity (key ``topic, entity_id``; rows ``event_us, temperature``): sensor readings
     raise ``high_temperature`` and ``temperature_anomaly``, orders ``order_velocity``. Each alert
-    is emitted when raised; an order-velocity alert again when its window's count grows."""
+    is emitted when raised; an order-velocity alert again when its window's count grows.
+
+    A key registers one timer, when it first keeps state, for when that state could first be
+    dropped; when it fires, what the watermark has passed is dropped and, if anything is left, the
+    next timer is registered. (Moving the timer with every micro-batch cost two more round trips
+    to the JVM per key and micro-batch.)"""
 
     def __init__(self, rules: AlertRules) -> None:
         self.rules = rules
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.readings = handle.getListState("readings", READING_STATE)
-        self.windows = handle.getMapState("windows", "window_us long", WINDOW_STATE)
+        self.history = handle.getValueState("history", HISTORY_STATE)
+        self.windows = handle.getValueState("order_windows", WINDOWS_STATE)
 
     def handleInputRows(self, key: tuple, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         topic, entity_id = key
@@ -165,70 +190,72 @@ class AlertDetector(StatefulProcessor):
         horizon_us = timerValues.getCurrentWatermarkInMs() * 1000
         events = sorted(rows, key=lambda r: r.event_us)
         if topic == "sensors":
-            alerts = self._readings(entity_id, events, now_us, horizon_us)
+            alerts = self._readings(entity_id, events, now_us, horizon_us, timer_fired=False)
         else:
-            alerts = self._orders(entity_id, events, now_us, horizon_us)
+            alerts = self._orders(entity_id, events, now_us, horizon_us, timer_fired=False)
         return iter(alerts)
 
-    def _readings(self, device_id: str, readings: list[Row], now_us: int, horizon_us: int) -> list[Row]:
+    def _readings(self, device_id: str, readings: list[Row], now_us: int, horizon_us: int, timer_fired: bool) -> list[Row]:
         rules = self.rules
-        recent = sorted(tuple(r) for r in self.readings.get()) if self.readings.exists() else []
+        stored = self.history.get()
+        recent = unpack(stored[0], 2) if stored else []
+        times, centis = [t for t, _ in recent], [c for _, c in recent]
         alerts = []
         for reading in readings:
             centi = round(reading.temperature * 100)
             if reading.temperature > rules.temperature_limit:
                 alerts.append(self._alert("high_temperature", device_id, reading.event_us, reading.temperature,
                                           rules.temperature_limit, now_us))
-            before = [c for t, c in recent if reading.event_us - rules.anomaly_lookback_us <= t < reading.event_us]
-            z = z_score(before, centi, rules)
+            first, last = bisect_left(times, reading.event_us - rules.anomaly_lookback_us), bisect_left(times, reading.event_us)
+            z = z_score(centis[first:last], centi, rules)
             if z is not None:
                 alerts.append(self._alert("temperature_anomaly", device_id, reading.event_us, z, rules.anomaly_sigmas, now_us))
-            recent.append((reading.event_us, centi))
+            at = bisect_right(times, reading.event_us)
+            times.insert(at, reading.event_us)
+            centis.insert(at, centi)
         # A reading after the watermark looks back at most the lookback: older ones can go.
-        keep_after = horizon_us - rules.anomaly_lookback_us
-        recent = [(t, c) for t, c in sorted(recent) if t > keep_after]
-        self._clear_timers()
-        if recent:
-            self.readings.put(recent)
-            self.handle.registerTimer((recent[-1][0] + rules.anomaly_lookback_us) // 1000)
-        else:
-            self.readings.clear()
+        keep = bisect_right(times, horizon_us - rules.anomaly_lookback_us)
+        times, centis = times[keep:], centis[keep:]
+        timer = None if timer_fired or not stored else stored[1]
+        if not times:
+            self.history.clear()
+            return alerts
+        if timer is None:
+            timer = (times[-1] + rules.anomaly_lookback_us) // 1000
+            self.handle.registerTimer(timer)
+        self.history.update((pack(n for pair in zip(times, centis) for n in pair), timer))
         return alerts
 
-    def _orders(self, user_id: str, orders: list[Row], now_us: int, horizon_us: int) -> list[Row]:
+    def _orders(self, user_id: str, orders: list[Row], now_us: int, horizon_us: int, timer_fired: bool) -> list[Row]:
         rules, width = self.rules, self.rules.velocity_window_us
-        counts: dict[int, list[int]] = {}
+        stored = self.windows.get()
+        windows = {start: [count, detected] for start, count, detected in unpack(stored[0] if stored else None, 3)}
+        changed = set()
         for order in orders:
             start = order.event_us - order.event_us % width
-            if start not in counts:
-                stored = self.windows.getValue((start,))
-                counts[start] = [stored[0], stored[1]] if stored else [0, -1]
-            counts[start][0] += 1
+            windows.setdefault(start, [0, -1])[0] += 1
+            changed.add(start)
         alerts = []
-        for start, (orders_in_window, detected_us) in sorted(counts.items()):
-            if orders_in_window > rules.velocity_limit:
-                detected_us = now_us if detected_us < 0 else detected_us
-                alerts.append(self._alert("order_velocity", user_id, start, orders_in_window, rules.velocity_limit, detected_us))
-            self.windows.updateValue((start,), (orders_in_window, detected_us))
+        for start in sorted(changed):
+            if windows[start][0] > rules.velocity_limit:
+                windows[start][1] = now_us if windows[start][1] < 0 else windows[start][1]
+                alerts.append(self._alert("order_velocity", user_id, start, windows[start][0], rules.velocity_limit, windows[start][1]))
         # A window the watermark has passed gets no more on-time orders.
-        starts = [start for (start,) in self.windows.keys()] if self.windows.exists() else []
-        for start in starts:
-            if start + width <= horizon_us:
-                self.windows.removeKey((start,))
-        self._clear_timers()
-        open_ = [start for start in starts if start + width > horizon_us]
-        if open_:
-            self.handle.registerTimer((max(open_) + width) // 1000)
+        open_ = sorted(start for start in windows if start + width > horizon_us)
+        timer = None if timer_fired or not stored else stored[1]
+        if not open_:
+            self.windows.clear()
+            return alerts
+        if timer is None:
+            timer = (open_[-1] + width) // 1000
+            self.handle.registerTimer(timer)
+        self.windows.update((pack(n for start in open_ for n in (start, *windows[start])), timer))
         return alerts
 
     def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
         horizon_us = timerValues.getCurrentWatermarkInMs() * 1000
         forget = self._readings if key[0] == "sensors" else self._orders
-        return iter(forget(key[1], [], 0, horizon_us))
-
-    def _clear_timers(self) -> None:
-        for timer in self.handle.listTimers():
-            self.handle.deleteTimer(timer)
+        return iter(forget(key[1], [], 0, horizon_us, timer_fired=True))
 
     @staticmethod
     def _alert(kind: str, entity_id: str, event_us: int, value: float, threshold: float, detected_us: int) -> Row:
@@ -239,4 +266,4 @@ class AlertDetector(StatefulProcessor):
         pass
 
 
-__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "merge_sessions", "z_score"]
+__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "merge_sessions", "pack", "unpack", "z_score"]

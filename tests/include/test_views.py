@@ -10,7 +10,7 @@ import statistics
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from include.processors import MINUTE_US, AlertRules, Session, merge_sessions, z_score
+from include.processors import MINUTE_US, AlertRules, Session, merge_sessions, unpack, z_score
 from include.registry import ViewContext, input_topics
 from include.views import (
     VIEWS,
@@ -318,8 +318,8 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
 
 def test_the_speed_side_frees_state_once_the_watermark_passes_and_keeps_one_timer_per_key(spark, settings):
     """Sessions, recent readings and order windows leave Spark's state store once the watermark
-    has passed them (their timers fire); a key with state keeps exactly one timer, moved as its
-    state changes."""
+    has passed them (their timers fire); a key with state keeps exactly one timer: the one it
+    registered when it first kept state, then, once that fires, one for what is left."""
     from include.lakehouse import open_store
     from speed_layer.gold import MergeBatch
 
@@ -361,10 +361,16 @@ def test_the_speed_side_frees_state_once_the_watermark_passes_and_keeps_one_time
 
     run(0, 10, 0, "1")
     run(1, 12, 0, "2")  # two hours later: the watermark passes everything of the first keys
-    run(2, 12, 5, "2")  # the same keys again: each timer moves
-    assert keys("user_sessions", "sessions") == [("u2",)]
-    assert keys("alerts", "readings") == [("sensors", "D2")]
-    assert keys("alerts", "windows") == [("orders", "b2")]
-    assert timers("user_sessions") == [(("u2",), ms(t(12, 35)))]  # the session's last click + the gap
-    assert timers("alerts") == [(("orders", "b2"), ms(t(12, 10))),  # the last open window's end
-                                (("sensors", "D2"), ms(t(12, 20)))]  # the last reading + the look-back
+    run(2, 12, 5, "2")  # the same keys again: their timers stay
+    assert keys("user_sessions", "open_sessions") == [("u2",)]
+    assert keys("alerts", "history") == [("sensors", "D2")]
+    assert keys("alerts", "order_windows") == [("orders", "b2")]
+    assert timers("user_sessions") == [(("u2",), ms(t(12, 30)))]  # the first click + the gap
+    assert timers("alerts") == [(("orders", "b2"), ms(t(12, 5))),  # the first open window's end
+                                (("sensors", "D2"), ms(t(12, 15)))]  # the first reading + the look-back
+    run(3, 12, 30, "2")  # the watermark (12:21) passes the order and reading timers: they fire
+    (history,) = state("alerts", stateVarName="history")
+    assert [event_us for event_us, _ in unpack(history["value"]["readings"], 2)] == [ms(t(12, 30)) * 1000]
+    assert timers("user_sessions") == [(("u2",), ms(t(12, 30)))]  # one session 12:00-12:30, still open
+    assert timers("alerts") == [(("orders", "b2"), ms(t(12, 35))),  # only the 12:30 window is left
+                                (("sensors", "D2"), ms(t(12, 45)))]  # only the 12:30 reading is left
