@@ -215,10 +215,13 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
 
 
 def bronze_event_date(topic: str) -> Column:
-    """The event date of a raw line, read cheaply (no full parse) to partition Bronze. For a
-    valid line it equals :func:`parse_topic`'s ``event_date``; a rejected line may get one too."""
+    """The event date of a raw line, read cheaply (one field, no validation) to partition Bronze.
+    For a valid line it equals :func:`parse_topic`'s ``event_date`` (the same JSON reader, so a
+    duplicated key resolves the same way); a rejected line may get one too. About twice as fast
+    as ``get_json_object``."""
+    text = F.col("value").cast("string")
     if topic == "customers_cdc":
-        millis = F.get_json_object(F.col("value").cast("string"), "$.ts_ms").try_cast("bigint")
+        millis = F.from_json(text, "ts_ms STRING")["ts_ms"].try_cast("bigint")
         return F.to_date(F.timestamp_millis(millis))
-    stamp = F.get_json_object(F.col("value").cast("string"), "$.event_time")
+    stamp = F.from_json(text, "event_time STRING")["event_time"]
     return F.to_date(F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp")))

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from include.parsing import parse_topic
+from include.parsing import bronze_event_date, parse_topic
 
 ORDER = {"order_id": "o1", "user_id": "u1", "product_id": "p1", "category": "books", "amount": 12.5,
          "event_time": "2026-11-20T10:00:00Z"}
@@ -99,3 +99,31 @@ def test_event_ids_of_every_topic(spark):
 def test_unknown_topic_is_rejected(spark):
     with pytest.raises(ValueError, match="unknown topic 'nope'"):
         parse_topic(spark.createDataFrame([(bytearray(b"{}"),)], "value binary"), "nope")
+
+
+BRONZE_DATE_CASES = [
+    ("orders", line(), "2026-11-20"),
+    ("orders", line(event_time="2026-11-20T23:30:00-02:00"), "2026-11-21"),  # the UTC day
+    ("orders", line(event_time="2026-11-20T00:30:00+01:00"), "2026-11-19"),
+    ("orders", line(amount="12.50"), "2026-11-20"),  # rejected, but its time is readable
+    ("orders", line(event_time=1763632800), None),
+    ("orders", line(event_time={"at": "2026-11-20T10:00:00Z"}), None),
+    # A duplicated key: the parser takes the last value (get_json_object took the first, so such
+    # a line was kept in Bronze under a day the batch did not read it for).
+    ("orders", line()[:-1] + b', "event_time": "2026-11-21T10:00:00Z"}', "2026-11-21"),
+    ("orders", b'{"order_id": "o1", "amount": ', None),
+    ("orders", b"[1, 2, 3]", None),
+    ("customers_cdc", json.dumps({"op": "c", "ts_ms": 1795240800000, "after": {"customer_id": "C1"}}).encode(), "2026-11-21"),
+    ("customers_cdc", json.dumps({"op": "c", "ts_ms": "soon", "after": {"customer_id": "C1"}}).encode(), None),
+]
+
+
+@pytest.mark.parametrize(("topic", "raw", "expected"), BRONZE_DATE_CASES)
+def test_bronze_event_date_is_the_parsed_event_date(spark, topic, raw, expected):
+    """Bronze's partition (read without a full parse) is the day the parser gives a valid line."""
+    lines = spark.createDataFrame([(bytearray(raw),)], "value binary")
+    row = parse_topic(lines, topic).select("reason", "event_date", bronze_event_date(topic).alias("bronze_date")).collect()[0]
+    bronze = row["bronze_date"] and row["bronze_date"].isoformat()
+    if row["reason"] is None:
+        assert bronze == row["event_date"].isoformat()
+    assert bronze == expected
