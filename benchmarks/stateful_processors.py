@@ -53,12 +53,11 @@ def write_inputs(folder: Path, args: argparse.Namespace) -> dict[str, Path]:
     return paths
 
 
-def timed_batches(spark, view: str, inputs: dict, checkpoint: Path) -> list[float]:  # noqa: ANN001 - SparkSession
-    from include.config import load_settings
+def timed_batches(settings, view: str, inputs: dict, checkpoint: Path) -> list[float]:  # noqa: ANN001 - Settings
     from include.registry import ViewContext
     from include.views import VIEWS_BY_NAME
 
-    rows = VIEWS_BY_NAME[view].define(inputs, ViewContext(load_settings(), exact=False))
+    rows = VIEWS_BY_NAME[view].define(inputs, ViewContext(settings, exact=False))
     seconds: list[float] = []
 
     def count(batch, batch_id: int) -> None:  # noqa: ANN001 - DataFrame
@@ -86,7 +85,8 @@ def main() -> int:
         from include.config import load_settings
         from include.spark import get_spark
 
-        spark = get_spark(load_settings(), "lambdalake-processors-benchmark")
+        settings = load_settings()
+        spark = get_spark(settings, "lambdalake-processors-benchmark")
         paths = write_inputs(Path(scratch) / "feeds", args)
         schemas = {"sensors": "device_id string, temperature double, event_time timestamp",
                    "orders": "user_id string, event_time timestamp",
@@ -94,9 +94,9 @@ def main() -> int:
         streams = {topic: spark.readStream.schema(schemas[topic]).option("maxFilesPerTrigger", 1).parquet(str(path))
                    .withWatermark("event_time", "2 minutes") for topic, path in paths.items()}
         runs = {
-            "alerts": timed_batches(spark, "alerts", {"sensors": streams["sensors"], "orders": streams["orders"]},
+            "alerts": timed_batches(settings, "alerts", {"sensors": streams["sensors"], "orders": streams["orders"]},
                                     Path(scratch) / "checkpoints" / "alerts"),
-            "user_sessions": timed_batches(spark, "user_sessions", {"clicks": streams["clicks"]},
+            "user_sessions": timed_batches(settings, "user_sessions", {"clicks": streams["clicks"]},
                                            Path(scratch) / "checkpoints" / "user_sessions"),
         }
 

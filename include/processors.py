@@ -63,6 +63,19 @@ def merge_sessions(sessions: Iterable[Session], gap_us: int) -> list[Session]:
     return merged
 
 
+def keep_with_timer(handle: StatefulProcessorHandle, state, value: object | None, timer_ms: int | None,  # noqa: ANN001
+                    due_ms: int) -> None:
+    """Store a key's ``value`` (None: clear its state) with its one timer: ``timer_ms`` when it has
+    one registered, else a new one at ``due_ms``."""
+    if value is None:
+        state.clear()
+        return
+    if timer_ms is None:
+        timer_ms = due_ms
+        handle.registerTimer(timer_ms)
+    state.update((value, timer_ms))
+
+
 SESSION_STATE = "sessions array<struct<start: long, end: long, events: long, pages: array<string>, converted: boolean>>, timer_ms long"
 SESSION_OUTPUT = "user_id string, start_us long, end_us long, events long, pages long, converted boolean"
 
@@ -81,10 +94,16 @@ class OpenSessions(StatefulProcessor):
         self.handle = handle
         self.state = handle.getValueState("open_sessions", SESSION_STATE)
 
+    def _stored(self) -> tuple[list[Session], int | None]:
+        """The user's open sessions and the time of its timer."""
+        stored = self.state.get()
+        if not stored:
+            return [], None
+        return [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in stored[0]], stored[1]
+
     def handleInputRows(self, key: tuple, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         (user_id,) = key
-        stored = self.state.get()
-        before = [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in stored[0]] if stored else []
+        before, timer_ms = self._stored()
         clicks = [Session(r.event_us, r.event_us, 1, frozenset([r.page_url]), r.action == "add_to_cart") for r in rows]
         after = merge_sessions(before + clicks, self.gap_us)
         unchanged = set(before) & set(after)
@@ -96,12 +115,10 @@ class OpenSessions(StatefulProcessor):
             if session not in unchanged:
                 yield Row(user_id=user_id, start_us=session.start, end_us=session.end, events=session.events,
                           pages=len(session.pages), converted=session.converted)
-        self._keep(after, timerValues.getCurrentWatermarkInMs(), stored[1] if stored else None)
+        self._keep(after, timerValues.getCurrentWatermarkInMs(), timer_ms)
 
     def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        stored = self.state.get()
-        sessions = [Session(s[0], s[1], s[2], frozenset(s[3]), s[4]) for s in stored[0]] if stored else []
-        self._keep(sessions, timerValues.getCurrentWatermarkInMs(), None)
+        self._keep(self._stored()[0], timerValues.getCurrentWatermarkInMs(), None)  # the timer fired
         return iter([])
 
     def _keep(self, sessions: list[Session], watermark_ms: int, timer_ms: int | None) -> None:
@@ -109,13 +126,9 @@ class OpenSessions(StatefulProcessor):
         with a timer (``timer_ms``, the one registered, or a new one) for when they may close."""
         watermark_us = watermark_ms * 1000
         open_ = [s for s in sessions if s.end + self.gap_us > watermark_us]
-        if not open_:
-            self.state.clear()
-            return
-        if timer_ms is None:
-            timer_ms = min(s.end for s in open_) // 1000 + self.gap_us // 1000
-            self.handle.registerTimer(timer_ms)
-        self.state.update(([(s.start, s.end, s.events, sorted(s.pages), s.converted) for s in open_], timer_ms))
+        value = [(s.start, s.end, s.events, sorted(s.pages), s.converted) for s in open_] or None
+        due_ms = min((s.end for s in open_), default=0) // 1000 + self.gap_us // 1000
+        keep_with_timer(self.handle, self.state, value, timer_ms, due_ms)
 
     def close(self) -> None:
         pass
@@ -198,7 +211,7 @@ class AlertDetector(StatefulProcessor):
     def _readings(self, device_id: str, readings: list[Row], now_us: int, horizon_us: int, timer_fired: bool) -> list[Row]:
         rules = self.rules
         stored = self.history.get()
-        recent = unpack(stored[0], 2) if stored else []
+        recent = unpack(stored[0] if stored else None, 2)
         times, centis = [t for t, _ in recent], [c for _, c in recent]
         alerts = []
         for reading in readings:
@@ -216,14 +229,9 @@ class AlertDetector(StatefulProcessor):
         # A reading after the watermark looks back at most the lookback: older ones can go.
         keep = bisect_right(times, horizon_us - rules.anomaly_lookback_us)
         times, centis = times[keep:], centis[keep:]
-        timer = None if timer_fired or not stored else stored[1]
-        if not times:
-            self.history.clear()
-            return alerts
-        if timer is None:
-            timer = (times[-1] + rules.anomaly_lookback_us) // 1000
-            self.handle.registerTimer(timer)
-        self.history.update((pack(n for pair in zip(times, centis) for n in pair), timer))
+        value = pack(n for pair in zip(times, centis) for n in pair) if times else None
+        due_ms = (times[-1] + rules.anomaly_lookback_us) // 1000 if times else 0
+        keep_with_timer(self.handle, self.history, value, None if timer_fired or not stored else stored[1], due_ms)
         return alerts
 
     def _orders(self, user_id: str, orders: list[Row], now_us: int, horizon_us: int, timer_fired: bool) -> list[Row]:
@@ -242,14 +250,9 @@ class AlertDetector(StatefulProcessor):
                 alerts.append(self._alert("order_velocity", user_id, start, windows[start][0], rules.velocity_limit, windows[start][1]))
         # A window the watermark has passed gets no more on-time orders.
         open_ = sorted(start for start in windows if start + width > horizon_us)
-        timer = None if timer_fired or not stored else stored[1]
-        if not open_:
-            self.windows.clear()
-            return alerts
-        if timer is None:
-            timer = (open_[-1] + width) // 1000
-            self.handle.registerTimer(timer)
-        self.windows.update((pack(n for start in open_ for n in (start, *windows[start])), timer))
+        value = pack(n for start in open_ for n in (start, *windows[start])) if open_ else None
+        due_ms = (open_[-1] + width) // 1000 if open_ else 0
+        keep_with_timer(self.handle, self.windows, value, None if timer_fired or not stored else stored[1], due_ms)
         return alerts
 
     def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
@@ -266,4 +269,4 @@ class AlertDetector(StatefulProcessor):
         pass
 
 
-__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "merge_sessions", "pack", "unpack", "z_score"]
+__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "keep_with_timer", "merge_sessions", "pack", "unpack", "z_score"]
