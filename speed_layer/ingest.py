@@ -74,7 +74,10 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
             (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema))).alias(record_column(other))
             for other in columns
         ]
-        parts.append(parsed.select("topic", "value", "source", "arrived_at", "reason", "event_id", "event_time", *records))
+        # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
+        # instead of crossing the dedup shuffle and cache.
+        raw_line = F.when(F.col("reason").isNotNull(), F.col("value")).alias("value")
+        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "reason", "event_id", "event_time", *records))
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
