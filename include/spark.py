@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from include.config import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
 DELTA_TABLE_CLASS = "io/delta/tables/DeltaTable.class"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -132,6 +133,17 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
     return spark
+
+
+def with_batch_values(df: DataFrame, values: pa.Table, on: str | None = None) -> DataFrame:
+    """``df`` with the columns of ``values``: one micro-batch's own values, in one row, or in one
+    row per value of the column ``on`` (a row of ``df`` without one gets NULLs). Joined from a
+    broadcast table rather than written as literals: Spark compiles a literal into the query's
+    generated code, so a value that changes every micro-batch compiles that code again each time."""
+    from pyspark.sql import functions as F
+
+    table = F.broadcast(df.sparkSession.createDataFrame(values))  # a local relation: no Spark job
+    return df.crossJoin(table) if on is None else df.join(table, on, "left")
 
 
 @contextmanager

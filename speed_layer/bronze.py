@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql import functions as F
 
 from include import tables
 from include.lakehouse import LakehouseStore, Txn
 from include.parsing import bronze_event_date
+from include.spark import with_batch_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -48,7 +48,8 @@ class BronzeBatch:
         if self.store.is_committed(tables.INGEST_BATCHES, txn):  # a replay of a finished batch
             return
         now = datetime.now(timezone.utc)
-        lines = batch.withColumns({"ingested_at": F.lit(now), "batch_id": F.lit(batch_id).cast("long")})
+        values = pa.table({"ingested_at": pa.array([now], pa.timestamp("us", "UTC")), "batch_id": pa.array([batch_id], pa.int64())})
+        lines = with_batch_values(batch, values)
         appended = self.store.append_split(lines, "topic", {topic: tables.bronze(topic) for topic in self.topics}, txn)
         if None in appended.values():  # some topics were committed before a crash: count them again
             appended = {tables.bronze(row["topic"]): row["count"] for row in lines.groupBy("topic").count().collect()}

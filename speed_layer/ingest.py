@@ -26,7 +26,6 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -36,6 +35,7 @@ from include.lakehouse import LakehouseStore, Txn
 from include.parsing import parse_topic
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
+from include.spark import with_batch_values
 from include.views import VIEWS, first_copies, speed_views
 
 if TYPE_CHECKING:
@@ -96,15 +96,6 @@ def _instant(micros: int | None) -> datetime | None:
     return None if micros is None else EPOCH + timedelta(microseconds=micros)
 
 
-def _per_topic(values: dict[str, datetime | None]) -> Column:
-    """A literal per topic (NULL for others)."""
-    result = F.lit(None).cast("timestamp")
-    for topic, value in values.items():
-        if value is not None:
-            result = F.when(F.col("topic") == topic, F.lit(value)).otherwise(result)
-    return result
-
-
 class IngestBatch:
     """The ``foreachBatch`` function of the ingest query."""
 
@@ -135,14 +126,14 @@ class IngestBatch:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         watermarks = self.watermarks(batch_id)
         valid = F.col("reason").isNull()
-        watermark = _per_topic(watermarks)
-        batch = batch.withColumns(
-            {
-                "batch_id": F.lit(batch_id).cast("long"),
-                "watermark_at_arrival": watermark,
-                "is_late": valid & F.coalesce(F.col("event_time") <= watermark, F.lit(False)),
-            }
-        ).persist()
+        values = pa.table({
+            "topic": pa.array(self.topics, pa.string()),
+            "batch_id": pa.array([batch_id] * len(self.topics), pa.int64()),
+            "watermark_at_arrival": pa.array([watermarks[topic] for topic in self.topics], pa.timestamp("us", "UTC")),
+        })
+        batch = with_batch_values(batch, values, on="topic")
+        late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
+        batch = batch.withColumn("is_late", late).persist()
         try:
             summary = batch.groupBy("topic").agg(
                 F.count(F.when(valid, 1)).alias("silver_rows"),
