@@ -110,6 +110,8 @@ class IngestBatch:
         # Max event time per topic through batch ``_through``: the watermarks' state.
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
+        # Kept across micro-batches: the store keeps its open tables per thread.
+        self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
 
     def watermarks(self, batch_id: int) -> dict[str, datetime | None]:
         """Per topic: max event time of the batches before ``batch_id``, minus the delay."""
@@ -172,11 +174,10 @@ class IngestBatch:
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
-        with ThreadPoolExecutor(max_workers=len(appends) + 1, thread_name_prefix="ingest-write") as pool:
-            writes = [pool.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
-            writes.append(pool.submit(self._write_feeds, batch, batch_id, feed_topics))
-            for write in writes:
-                write.result()
+        writes = [self._writers.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
+        writes.append(self._writers.submit(self._write_feeds, batch, batch_id, feed_topics))
+        for write in writes:
+            write.result()
         now = datetime.now(timezone.utc)
         accounting = [
             {"query": QUERY, "batch_id": batch_id, "topic": topic, "watermark": watermarks.get(topic), "processed_at": now,

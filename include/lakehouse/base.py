@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -103,6 +104,7 @@ class LakehouseStore(ABC):
         self.root = Path(root)
         self.commit_retries = commit_retries
         self.backoff_seconds = backoff_seconds
+        self._handles = threading.local()
 
     @property
     def spark(self) -> SparkSession:
@@ -120,6 +122,24 @@ class LakehouseStore(ABC):
 
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.path(name))
+
+    def _latest(self, path: str, refresh: bool = True) -> DeltaTable:
+        """The table at its latest version. Opening a table replays its log (10+ ms) and a live
+        stream asks dozens of times per micro-batch, so handles stay open and only read the log's
+        new commits. One set per thread: a handle is one writer's snapshot. ``refresh=False``:
+        for the schema and partition columns only (tables here never change them)."""
+        handles: dict[str, DeltaTable] = self._handles.__dict__.setdefault("tables", {})
+        table = handles.get(path)
+        if table is not None and not refresh:
+            return table
+        if table is not None:
+            try:
+                table.update_incremental()
+                return table
+            except Exception as error:  # noqa: BLE001 - e.g. the log was cleaned up: open afresh
+                log.info("reopening table %s: %s", path, error)
+        handles[path] = table = DeltaTable(path)
+        return table
 
     def _require(self, name: str) -> str:
         path = self.path(name)
@@ -152,7 +172,7 @@ class LakehouseStore(ABC):
         """The latest committed version of ``app_id`` on the table, or None."""
         if not self.exists(name):
             return None
-        return DeltaTable(self.path(name)).transaction_version(app_id)
+        return self._latest(self.path(name)).transaction_version(app_id)
 
     def is_committed(self, name: str, txn: Txn | None) -> bool:
         if txn is None:
@@ -168,15 +188,7 @@ class LakehouseStore(ABC):
             return False
         path = self.path(name)
         data = self._prepare_append(path, df)
-
-        def attempt() -> bool:
-            # Re-checked on every attempt: a conflicting writer may have committed this txn.
-            if self.is_committed(name, txn):
-                return False
-            self._do_append(path, data, txn)
-            return True
-
-        return self._retrying(f"append to '{name}'", attempt)
+        return self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, data, txn))
 
     def append_split(self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None) -> dict[str, int | None]:
         """Append each value's rows of ``column`` to its table (``tables``: value -> table name,
@@ -217,14 +229,10 @@ class LakehouseStore(ABC):
             log.info("merge into '%s' skipped: txn %s already committed", name, txn)
             return False
         data = self._prepare(path, df)
-
-        def attempt() -> bool:
-            if self.is_committed(name, txn):
-                return False
-            self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when, delete_when)
-            return True
-
-        return self._retrying(f"merge into '{name}'", attempt)
+        return self._commit_once(
+            f"merge into '{name}'", name, txn,
+            lambda: self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when, delete_when),
+        )
 
     def replace_partition(
         self, name: str, df: DataFrame, partition: Mapping[str, Any], txn: Txn | None = None
@@ -233,7 +241,7 @@ class LakehouseStore(ABC):
         if not partition:
             raise ValueError("replace_partition needs a partition, e.g. {'date': '2026-11-20'}")
         path = self._require(name)
-        table_partitions = DeltaTable(path).metadata().partition_columns
+        table_partitions = self._latest(path, refresh=False).metadata().partition_columns
         unknown = [col for col in partition if col not in table_partitions]
         if unknown:
             raise ValueError(
@@ -246,14 +254,9 @@ class LakehouseStore(ABC):
         if self.is_committed(name, txn):
             return False
         data = self._prepare(path, df)
-
-        def attempt() -> bool:
-            if self.is_committed(name, txn):
-                return False
-            self._do_replace(path, data, predicate, txn)
-            return True
-
-        return self._retrying(f"replace {dict(partition)} of '{name}'", attempt)
+        return self._commit_once(
+            f"replace {dict(partition)} of '{name}'", name, txn, lambda: self._do_replace(path, data, predicate, txn)
+        )
 
     def read(
         self, name: str, version: int | None = None, timestamp: datetime | str | None = None
@@ -289,7 +292,7 @@ class LakehouseStore(ABC):
         is read)."""
         import pyarrow as pa
 
-        actions = pa.table(DeltaTable(self._require(name)).get_add_actions(flatten=True))
+        actions = pa.table(self._latest(self._require(name)).get_add_actions(flatten=True))
         key = f"partition.{column}"
         if key not in actions.column_names:
             raise ValueError(f"'{column}' is not a partition column of '{name}'")
@@ -297,7 +300,7 @@ class LakehouseStore(ABC):
         return {row[key]: row["num_records_sum"] for row in counts}
 
     def version(self, name: str) -> int:
-        return DeltaTable(self._require(name)).version()
+        return self._latest(self._require(name)).version()
 
     def history(self, name: str, limit: int | None = None) -> list[CommitInfo]:
         """Commits, newest first."""
@@ -316,6 +319,22 @@ class LakehouseStore(ABC):
         return self._retrying(f"vacuum '{name}'", lambda: self._do_vacuum(path, retention_hours))
 
     # ---- retries ------------------------------------------------------------------------
+    def _commit_once(self, what: str, name: str, txn: Txn | None, commit: Callable[[], None]) -> bool:
+        """``commit``, which the caller has just found not yet on table ``name``, retried on
+        conflicts. Before each retry the txn is checked again (the conflicting writer may have
+        committed it): False then."""
+        retry = False
+
+        def attempt() -> bool:
+            nonlocal retry
+            if retry and self.is_committed(name, txn):
+                return False
+            retry = True
+            commit()
+            return True
+
+        return self._retrying(what, attempt)
+
     def _retrying(self, what: str, operation: Callable[[], T]) -> T:
         for attempt in range(self.commit_retries + 1):
             try:

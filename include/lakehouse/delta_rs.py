@@ -76,7 +76,7 @@ class DeltaRsStore(LakehouseStore):
 
     def _open(self, path: str) -> DeltaTable:
         """The snapshot a commit builds on (a seam tests use to force concurrent commits)."""
-        return DeltaTable(path)
+        return self._latest(path)
 
     def _prepare(self, path: str, df: DataFrame | pa.Table) -> pa.Table:
         """Rows as Arrow, conformed to the table's column order, types and nullability."""
@@ -91,7 +91,7 @@ class DeltaRsStore(LakehouseStore):
         return self._stage(path, df)
 
     def _stage(self, path: str, df: DataFrame) -> StagedFiles:
-        table = DeltaTable(path)
+        table = self._latest(path, refresh=False)
         partition_by = table.metadata().partition_columns
         staging = Path(path) / STAGING / uuid.uuid4().hex
         self._conformed(table, df).write.partitionBy(*partition_by).parquet(str(staging))
@@ -105,7 +105,7 @@ class DeltaRsStore(LakehouseStore):
         pending = {value: name for value, name in tables.items() if not self.is_committed(name, txn)}
         if not pending:
             return appended
-        first = DeltaTable(self._require(next(iter(pending.values()))))
+        first = self._latest(self._require(next(iter(pending.values()))), refresh=False)
         partition_by = first.metadata().partition_columns
         staging = self.root / STAGING / uuid.uuid4().hex
         rows = df.where(F.col(column).isin(*pending))
@@ -114,12 +114,7 @@ class DeltaRsStore(LakehouseStore):
             for value, name in pending.items():
                 path = self.path(name)
                 staged = self._move_into(staging / f"{column}={value}", path)
-
-                def attempt(name: str = name, path: str = path, staged: StagedFiles = staged) -> None:
-                    if not self.is_committed(name, txn):  # a conflicting writer may have committed it
-                        self._do_append(path, staged, txn)
-
-                self._retrying(f"append to '{name}'", attempt)
+                self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, staged, txn))  # noqa: B023
                 appended[name] = staged.rows
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -134,11 +129,10 @@ class DeltaRsStore(LakehouseStore):
         check_columns(table.table_uri, target.fieldNames(), [name for name in df.columns if name != also])
         return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields], *([also] if also else []))
 
-    @staticmethod
-    def _move_into(staging: Path, path: str) -> StagedFiles:
+    def _move_into(self, staging: Path, path: str) -> StagedFiles:
         """Move the Parquet files Spark wrote under ``staging`` (partition folders included) into
         the table's folder, and describe them as add actions."""
-        root, table = Path(path), DeltaTable(path)
+        root, table = Path(path), self._latest(path, refresh=False)
         actions = []
         for file in sorted(staging.rglob("*.parquet")):
             relative = file.relative_to(staging)
@@ -160,7 +154,7 @@ class DeltaRsStore(LakehouseStore):
     def _conform(self, path: str, data: pa.Table) -> pa.Table:
         if not DeltaTable.is_deltatable(path):
             return data.cast(pa.schema([field.with_nullable(True) for field in data.schema]))
-        target = pa.schema(DeltaTable(path).schema().to_arrow())
+        target = pa.schema(self._latest(path, refresh=False).schema().to_arrow())
         check_columns(path, target.names, data.schema.names)
         return data.select(target.names).cast(target)
 
@@ -184,7 +178,7 @@ class DeltaRsStore(LakehouseStore):
                 )
             return
         write_deltalake(
-            path, data, mode="append",
+            self._open(path) if DeltaTable.is_deltatable(path) else path, data, mode="append",
             commit_properties=_commit_properties(txn),
         )
 
@@ -208,7 +202,7 @@ class DeltaRsStore(LakehouseStore):
         )
 
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
-        table = DeltaTable(path)
+        table = self._latest(path) if version is None and timestamp is None else DeltaTable(path)
         if version is not None:
             table.load_as_version(version)
         elif timestamp is not None:
@@ -227,7 +221,7 @@ class DeltaRsStore(LakehouseStore):
         return self.spark.read.format(LatestDeltaSource.name()).schema(schema).option("path", path).load()
 
     def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
-        table = DeltaTable(path)
+        table = self._latest(path)
         quoted = ", ".join(f'"{column}"' for column in columns)
         sql = f"SELECT {quoted} FROM t" + (f" WHERE {where}" if where else "")
         result = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql)).read_all()

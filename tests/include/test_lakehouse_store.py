@@ -255,3 +255,36 @@ def test_a_spark_append_is_written_by_the_executors_and_committed_once(spark, se
     assert table.transaction_version("q") == 7 and table.version() == 1
     assert not list((store.root / name / "_staging").glob("*/*"))  # staging emptied
     assertDataFrameEqual(store.read(name), batch)
+
+
+def test_a_store_keeps_tables_open_and_sees_every_other_writers_commits(spark, settings):
+    """Handles stay open between calls (per thread) and read only new log entries: another
+    writer's appends, merges, compaction and vacuum must all show."""
+    import pyarrow as pa
+
+    def arrow(*ids):
+        return pa.table({
+            "id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids]),
+            "amount": pa.array([1.0] * len(ids)), "ts": pa.array([T0] * len(ids), pa.timestamp("us", "UTC")),
+            "date": pa.array([D1] * len(ids), pa.date32()),
+        })
+
+    ours, theirs = DeltaRsStore(spark, settings.lakehouse_dir), DeltaRsStore(spark, settings.lakehouse_dir)
+    name = make_table(ours)
+    assert ours.append(name, arrow(1), Txn("ours", 0))
+    assert not ours.is_committed(name, Txn("theirs", 0))  # our handle is open now
+    assert theirs.append(name, arrow(2), Txn("theirs", 0))
+    theirs.merge(name, arrow(2, 3), keys=["id"], txn=Txn("theirs", 1))
+    assert ours.is_committed(name, Txn("theirs", 1))
+    assert ours.version(name) == theirs.version(name) == 3
+    assert ours.append(name, arrow(4), Txn("ours", 1))  # builds on their commits
+    assert sorted(ours.select_arrow(name, ["id"]).column("id").to_pylist()) == [1, 2, 3, 4]
+
+    theirs.optimize(name)
+    theirs.vacuum(name, retention_hours=0)  # the files our handle listed before are gone
+    assert ours.read(name).count() == 4
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(ours.version(name)))  # a handle of its own
+    thread.start()
+    thread.join()
+    assert seen == [ours.version(name)] == [theirs.version(name)]
