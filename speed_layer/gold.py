@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 
+from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
@@ -108,10 +109,10 @@ class CombineBatch:
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
-    store.ensure_table(view.speed_table, view.schema, ["date"])
+    store.ensure_table(view.speed_table, view.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
     dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
     for dimension in dimensions:
-        store.ensure_table(dimension.speed_table, dimension.schema, ["date"])
+        store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
     if view.combine:  # no state, so no watermark: ingest left the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)

@@ -155,11 +155,17 @@ class LakehouseStore(ABC):
         partition_by: Sequence[str] = (),
         properties: Mapping[str, str] | None = None,
     ) -> bool:
-        """Create the table if it does not exist. Returns True when it was created."""
+        """Create the table if it does not exist. Returns True when it was created. An existing
+        table is given the ``properties`` it lacks (a table made by an older version)."""
         missing = [col for col in partition_by if col not in schema.fieldNames()]
         if missing:
             raise ValueError(f"partition columns {missing} are not in the schema of '{name}'")
         if self.exists(name):
+            path = self.path(name)
+            current = self._latest(path).metadata().configuration
+            changed = {key: value for key, value in (properties or {}).items() if current.get(key) != value}
+            if changed:
+                self._retrying(f"set properties of '{name}'", lambda: self._do_set_properties(path, changed))
             return False
         props = {**PORTABLE_PROPERTIES, **(properties or {})}
         self._retrying(
@@ -370,6 +376,9 @@ class LakehouseStore(ABC):
     def _do_create(
         self, path: str, schema: StructType, partition_by: list[str], properties: dict[str, str]
     ) -> None: ...
+
+    @abstractmethod
+    def _do_set_properties(self, path: str, properties: dict[str, str]) -> None: ...
 
     @abstractmethod
     def _do_append(self, path: str, data: Any, txn: Txn | None) -> None: ...

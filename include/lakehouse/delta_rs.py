@@ -169,6 +169,9 @@ class DeltaRsStore(LakehouseStore):
             configuration=properties,
         )
 
+    def _do_set_properties(self, path: str, properties: dict[str, str]) -> None:
+        self._latest(path).alter.set_table_properties(properties)
+
     def _do_append(self, path: str, data: pa.Table | StagedFiles, txn: Txn | None) -> None:
         if isinstance(data, StagedFiles):
             if data.actions:

@@ -54,6 +54,10 @@ class DeltaSparkStore(LakehouseStore):
             builder = builder.property(key, value)
         builder.execute()
 
+    def _do_set_properties(self, path: str, properties: dict[str, str]) -> None:
+        listed = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
+        self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({listed})")
+
     def _do_append(self, path: str, data: DataFrame, txn: Txn | None) -> None:
         self._writer(data, txn).mode("append").save(path)
 

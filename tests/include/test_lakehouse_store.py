@@ -288,3 +288,46 @@ def test_a_store_keeps_tables_open_and_sees_every_other_writers_commits(spark, s
     thread.start()
     thread.join()
     assert seen == [ours.version(name)] == [theirs.version(name)]
+
+
+def test_a_merged_table_rewrites_only_the_files_near_its_matches(spark, settings):
+    """Speed tables take a merge every micro-batch. A merge rewrites each file holding a matched
+    row; in small files (``tables.MERGED_TABLE_PROPERTIES``) that is the newest few, not the table."""
+    import uuid
+
+    import pyarrow as pa
+
+    from include import tables
+
+    store = DeltaRsStore(spark, settings.lakehouse_dir)
+    name = "merged"
+    store.ensure_table(name, SCHEMA, partition_by=["date"], properties=tables.MERGED_TABLE_PROPERTIES)
+
+    def arrow(ids):
+        return pa.table({
+            "id": pa.array(ids, pa.int64()), "name": pa.array([uuid.uuid4().hex for _ in ids]),
+            "amount": pa.array([1.0] * len(ids)), "ts": pa.array([T0] * len(ids), pa.timestamp("us", "UTC")),
+            "date": pa.array([D1] * len(ids), pa.date32()),
+        })
+
+    batch = 10_000
+    for number in range(12):  # each batch: new keys, and an update of every 20th key of the one before
+        ids = list(range(number * batch, (number + 1) * batch)) + list(range((number - 1) * batch, number * batch, 20))
+        store.merge(name, arrow(ids if number else ids[:batch]), keys=["id"], txn=Txn("merges", number))
+    last = DeltaTable(store.path(name)).history(1)[0]["operationMetrics"]
+    assert last["num_target_rows_updated"] == batch // 20
+    assert last["num_target_rows_copied"] < 4 * batch  # of 110,000 stored rows
+    assert len(DeltaTable(store.path(name)).file_uris()) >= 3
+    assert DeltaTable(store.path(name)).to_pyarrow_dataset().count_rows() == 12 * batch
+
+
+def test_ensure_table_gives_an_existing_table_new_properties(store, spark):
+    from include import tables
+
+    name = make_table(store)
+    assert store.ensure_table(name, SCHEMA, ["date"], tables.MERGED_TABLE_PROPERTIES) is False
+    configuration = DeltaTable(store.path(name)).metadata().configuration
+    assert {k: configuration.get(k) for k in tables.MERGED_TABLE_PROPERTIES} == tables.MERGED_TABLE_PROPERTIES
+    version = store.version(name)
+    store.ensure_table(name, SCHEMA, ["date"], tables.MERGED_TABLE_PROPERTIES)
+    assert store.version(name) == version  # nothing to change: no commit
