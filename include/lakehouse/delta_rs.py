@@ -7,6 +7,7 @@ import os
 import shutil
 import time
 import uuid
+from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,7 +115,7 @@ class DeltaRsStore(LakehouseStore):
             for value, name in pending.items():
                 path = self.path(name)
                 staged = self._move_into(staging / f"{column}={value}", path)
-                self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, staged, txn))  # noqa: B023
+                self._commit_once(f"append to '{name}'", name, txn, partial(self._do_append, path, staged, txn))
                 appended[name] = staged.rows
         finally:
             shutil.rmtree(staging, ignore_errors=True)
