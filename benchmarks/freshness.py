@@ -3,10 +3,10 @@ visible through the serving layer.
 
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
         [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
-        [--cdc-per-second 0]
+        [--cdc-per-second 0] [--view-triggers '' 'user_sessions=30s,traffic_by_page_10m=30s']
 
 1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
-   ``--trigger-interval``), on a fresh home.
+   ``--trigger-interval``, and each ``--view-triggers`` setting in a run of its own), on a fresh home.
 2. Once its heartbeat says it runs (JVM up, queries started; files landed before would be a
    start-up backlog carried through the run), every second this process lands one file per topic (clicks, sensors, orders, payments) with
    that second's share of ``--events-per-second``, event time = now, written and renamed
@@ -29,7 +29,8 @@ visible through the serving layer.
    ``/proc``) and the JVM's heap (``jcmd GC.heap_info``), so growth shows as heap (the JVM
    collects lazily up to its maximum) or beyond it (RocksDB state, metadata, Python workers):
    with ``--seconds 1200`` this is the 20-minute memory run (state bounded by the watermark
-   keeps it flat).
+   keeps it flat). Afterwards the report gives each query's state rows (first / last tenth of
+   its micro-batches), to tell state still filling its window from growth without bound.
 
 Writes a Markdown report to ``benchmarks/results/freshness.md``.
 """
@@ -190,15 +191,16 @@ def wait_until_running(settings, stream: subprocess.Popen, timeout: float = 300)
         time.sleep(0.2)
 
 
-def measure(args: argparse.Namespace, views: str) -> dict:
-    """One live stream (``views``: `all` or ``stream --views``) on a fresh home while files land."""
+def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
+    """One live stream (``views``: `all` or ``stream --views``; ``triggers``: ``stream
+    --view-triggers``) on a fresh home while files land."""
     from include.config import load_settings
     from serving.engine import ServingEngine
 
     home = Path(tempfile.mkdtemp(prefix="lambdalake-freshness-"))
     settings = load_settings(home=home)
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
-           "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000"}
+           "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000", "LAMBDALAKE_VIEW_TRIGGERS": triggers}
     command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
     stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until_running(settings, stream)
@@ -254,7 +256,27 @@ def measure(args: argparse.Namespace, views: str) -> dict:
             print(f"lambdalake stream still running {STOP_SECONDS} s after SIGTERM: killed", file=sys.stderr)
             stream.kill()
             stream.wait()
-    return {"views": views, "seen": seen, "renamed": dict(lander.renamed), "memory": memory}
+    return {"views": views, "triggers": triggers, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
+            "state_rows": state_rows(settings, args.warmup)}
+
+
+def state_rows(settings, warmup: float) -> dict[str, tuple[float, float]]:
+    """Per query, the rows its state operators keep (Spark's progress, ``ops/stream_metrics``):
+    mean over the first and the last tenth of its micro-batches after the warm-up."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(settings.lakehouse_dir / "ops" / "stream_metrics")).to_pyarrow_table(
+        columns=["query", "timestamp", "state_rows"]).to_pylist()
+    start = min(row["timestamp"] for row in rows).timestamp() + warmup
+    by_query: dict[str, list[int]] = {}
+    for row in sorted(rows, key=lambda row: row["timestamp"]):
+        if row["timestamp"].timestamp() >= start:
+            by_query.setdefault(row["query"], []).append(row["state_rows"] or 0)
+    ends = {}
+    for query, counts in sorted(by_query.items()):
+        tenth = max(1, len(counts) // 10)
+        ends[query] = (sum(counts[:tenth]) / tenth, sum(counts[-tenth:]) / tenth)
+    return ends
 
 
 def main() -> None:
@@ -266,9 +288,11 @@ def main() -> None:
     parser.add_argument("--cdc-per-second", type=int, default=0, help="customer changes landed per second (0: none)")
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
+    parser.add_argument("--view-triggers", nargs="+", default=[""],
+                        help="`stream --view-triggers` settings (VIEW=DURATION,...; '' for none): one run per setting and view set")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "freshness.md")
     args = parser.parse_args()
-    runs = [measure(args, views) for views in args.views]
+    runs = [measure(args, views, triggers) for views in args.views for triggers in args.view_triggers]
 
     report = [
         "# Freshness benchmark", "",
@@ -293,11 +317,11 @@ def main() -> None:
             missing = len([n for n in counted_files if n not in times])
             if delays:  # in landing order: a last tenth slower than the first means a growing backlog
                 tenth = max(1, len(delays) // 10)
-                report.append(f"| {label(run['views'])} | `{view}` | {len(delays)} | {percentile(delays, 0.5):.1f} | "
+                report.append(f"| {label(run)} | `{view}` | {len(delays)} | {percentile(delays, 0.5):.1f} | "
                               f"{percentile(delays, 0.95):.1f} | {max(delays):.1f} | {sum(delays[:tenth]) / tenth:.1f} | "
                               f"{sum(delays[-tenth:]) / tenth:.1f} | {missing} |")
             else:
-                report.append(f"| {label(run['views'])} | `{view}` | 0 | - | - | - | - | - | {missing} |")
+                report.append(f"| {label(run)} | `{view}` | 0 | - | - | - | - | - | {missing} |")
     report += ["", "Stream memory (RSS of `lambdalake stream` and its JVM, sampled every 10 s after the warm-up; the JVM's "
                "heap from `jcmd GC.heap_info`; beyond the committed heap: RocksDB state, JVM metadata, Python workers):", ""]
     for run in runs:
@@ -311,18 +335,25 @@ def main() -> None:
             return f"first tenth {first:,.0f} MB, last tenth {last:,.0f} MB ({last / first:.2f}x)"
 
         rss = [mb for mb, _ in samples]
-        report.append(f"- {label(run['views'])}: {len(samples)} samples. RSS {ends(rss)}, peak {max(rss):,.0f} MB.")
+        report.append(f"- {label(run)}: {len(samples)} samples. RSS {ends(rss)}, peak {max(rss):,.0f} MB.")
         heaps = [(mb, heap) for mb, heap in samples if heap]
         if heaps:
             report.append(f"  Heap used {ends([heap[0] for _, heap in heaps])}; committed {ends([heap[1] for _, heap in heaps])}; "
                           f"RSS beyond the committed heap {ends([mb - heap[1] for mb, heap in heaps])}.")
+    report += ["", "State rows per query (Spark's progress, mean of the first / last tenth of its micro-batches after the "
+               "warm-up; each bounded by its window or horizon plus the watermark delay, so it grows until that has passed):", ""]
+    for run in runs:
+        kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}" for query, (first, last) in run["state_rows"].items() if last or first)
+        report.append(f"- {label(run)}: {kept}.")
     text = "\n".join(report) + "\n"
     args.report.write_text(text)
     print(text)
 
 
-def label(views: str) -> str:
-    return "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(","))
+def label(run: dict) -> str:
+    views = run["views"]
+    named = "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(","))
+    return named + (f" (`--view-triggers {run['triggers']}`)" if run["triggers"] else "")
 
 
 if __name__ == "__main__":

@@ -114,10 +114,10 @@ def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from include.accounting import ingest_totals
-    from include.views import speed_views
+    from include.views import speed_trigger_intervals
     from speed_layer.runner import StreamFailed, run_stream
 
-    speed_views(settings)  # an unknown view name is a usage error, before Spark starts
+    speed_trigger_intervals(settings)  # an unknown view name is a usage error, before Spark starts
     try:
         store = run_stream(settings, available_now=args.available_now, show_progress=args.available_now)
     except StreamFailed as exc:
@@ -272,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
     stream.add_argument("--views", metavar="VIEW,...", help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
                         "the others are served from the batch layer alone")
+    stream.add_argument("--view-triggers", metavar="VIEW=DURATION,...",
+                        help="a view's own micro-batch interval when running continuously (default: --trigger-interval; "
+                        "or $LAMBDALAKE_VIEW_TRIGGERS)")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(
@@ -348,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_files_per_trigger": getattr(args, "max_files_per_trigger", None),
         "event_source": getattr(args, "source", None),
         "speed_views": getattr(args, "views", None),
+        "view_triggers": getattr(args, "view_triggers", None),
     }
     from include.lakehouse.base import LakehouseError
 

@@ -49,6 +49,16 @@ def parse_duration(value: Any, what: str) -> timedelta:
     return duration
 
 
+def _view_intervals(text: str) -> dict[str, timedelta]:
+    intervals = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, equals, duration = (part.strip() for part in item.partition("="))
+        if not equals or not name:
+            raise ValueError(f"view triggers must look like 'VIEW=DURATION,...', got '{item}'")
+        intervals[name] = parse_duration(duration, f"the trigger interval of '{name}'")
+    return intervals
+
+
 def spark_interval(duration: timedelta) -> str:
     """A Spark interval string (``'600 seconds'``) for watermarks and window lengths."""
     return f"{int(duration.total_seconds())} seconds"
@@ -82,13 +92,15 @@ class Settings(BaseSettings):
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     trigger_interval: timedelta = Field(default=timedelta(seconds=5))
+    # Comma-separated VIEW=DURATION: a speed view's own micro-batch interval (else the above).
+    view_triggers: str = Field(default="", description="e.g. 'user_sessions=30s,traffic_by_page_10m=1m'")
     kafka_bootstrap_servers: str = "localhost:9092"
     kafka_partitions: int = Field(default=3, ge=1, description="partitions of a topic the generator creates")
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # A copy of an event (same id) ingested within this long after the first is a duplicate.
-    # Spark keeps each id for up to twice this long and scans all it keeps every micro-batch
-    # (about 0.25 µs per id): at 10k events/s, 5 minutes is up to 6M ids, 30 minutes 36M.
+    # Spark keeps each id about this long and scans all it keeps every micro-batch (about
+    # 0.25 µs per id): at 10k events/s, 5 minutes is about 3M ids, 30 minutes 18M.
     dedup_window: timedelta = Field(default=timedelta(minutes=5))
     # HyperLogLog++ precision of the speed layer's distinct counts: state per window grows about
     # 4x for each halving (0.01: ~13 KB per window and key, 0.02: ~3 KB), and so does their cost.
@@ -128,6 +140,18 @@ class Settings(BaseSettings):
     @classmethod
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
+
+    @field_validator("view_triggers")
+    @classmethod
+    def _view_triggers(cls, value: str) -> str:
+        _view_intervals(value)
+        return value
+
+    @property
+    def view_trigger_intervals(self) -> dict[str, timedelta]:
+        """``view_triggers`` by view name (the names are checked against the registry in
+        :func:`include.views.speed_trigger_intervals`)."""
+        return _view_intervals(self.view_triggers)
 
     @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout", "landing_max_file_age",
                      mode="before")

@@ -14,6 +14,7 @@ imported inside the definitions, not at the top of this module.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -64,7 +65,11 @@ def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | Non
     from pyspark.sql import functions as F
 
     if horizon is not None:
-        return events.withWatermark("ingested_at", spark_interval(horizon)).dropDuplicatesWithinWatermark(list(key))
+        # Spark drops a key once the watermark (newest ingested_at - delay) reaches its own
+        # ingested_at + delay, so a delay of half the horizon keeps it for the horizon (a whole
+        # one would keep it twice as long), and each micro-batch scans every key it keeps.
+        delay = timedelta(seconds=math.ceil(horizon.total_seconds() / 2))
+        return events.withWatermark("ingested_at", spark_interval(delay)).dropDuplicatesWithinWatermark(list(key))
     order = Window.partitionBy(*key).orderBy(*[F.col(c).asc_nulls_last() for c in FIRST_COPY_ORDER])
     return events.withColumn("_copy", F.row_number().over(order)).where("_copy = 1").drop("_copy")
 
@@ -666,6 +671,18 @@ def speed_views(settings: Settings) -> list[ViewSpec]:
     for name in names:  # a view's lookups run with it
         wanted.update(VIEWS_BY_NAME[name].lookups)
     return [view for view in VIEWS if not names or view.name in wanted]
+
+
+def speed_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
+    """Each speed view's micro-batch interval when the stream runs continuously: its own from
+    ``LAMBDALAKE_VIEW_TRIGGERS``, else ``LAMBDALAKE_TRIGGER_INTERVAL``. A view that need not be
+    fresh within seconds, on a longer interval, leaves the cores to those that must be."""
+    given = settings.view_trigger_intervals
+    unknown = [name for name in given if name not in VIEWS_BY_NAME]
+    if unknown:
+        raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: unknown view "
+                          f"{', '.join(map(repr, unknown))} (views: {', '.join(VIEWS_BY_NAME)})")
+    return {view.name: given.get(view.name, settings.trigger_interval) for view in speed_views(settings)}
 
 
 # Nightly data quality: the same orders must appear in both order views.

@@ -12,15 +12,15 @@ definition on each micro-batch and adds the result to the stored rows (:class:`C
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING
-
 
 from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
-from include.views import VIEWS_BY_NAME, speed_views
+from include.views import VIEWS_BY_NAME, speed_trigger_intervals, speed_views
 from speed_layer.ingest import feed_schema, record_column
 
 if TYPE_CHECKING:
@@ -134,6 +134,11 @@ def runs_no_data_batches(query: str) -> bool:
     return view is None or view.speed_mode == "append"
 
 
+def trigger_intervals(settings: Settings) -> dict[str, timedelta]:
+    """Each Gold query's micro-batch interval when the stream runs continuously."""
+    return {query_name(VIEWS_BY_NAME[name]): interval for name, interval in speed_trigger_intervals(settings).items()}
+
+
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
     """A streaming query per view the speed layer maintains, by query name, in two phases: the
     dimensions, then the views that may look them up (``--available-now`` runs the phases one
@@ -145,4 +150,4 @@ def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore)
     ]
 
 
-__all__ = ["gold_writers", "query_name", "runs_no_data_batches"]
+__all__ = ["gold_writers", "query_name", "runs_no_data_batches", "trigger_intervals"]

@@ -22,7 +22,7 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import get_spark
 from speed_layer import bronze, ingest
-from speed_layer.gold import gold_writers, runs_no_data_batches
+from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
 from speed_layer.metrics import StreamMetrics
 from speed_layer.progress import StreamProgress
 from speed_layer.sources import open_source
@@ -60,7 +60,8 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{settings.trigger_interval.total_seconds()} seconds")
+        interval = trigger_intervals(settings).get(name, settings.trigger_interval)
+        writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
     return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
 
 

@@ -38,6 +38,8 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
         ("SPARK_DRIVER_MEMORY", "lots", "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
         ("APPROX_DISTINCT_RSD", "0.001", "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
         ("LANDING_MAX_FILE_AGE", "0d", "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
+        ("VIEW_TRIGGERS", "alerts:30s", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts:30s: view triggers must look like 'VIEW=DURATION,...', got 'alerts:30s'"),
+        ("VIEW_TRIGGERS", "alerts=soon", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts=soon: the trigger interval of 'alerts' must be a duration like '10 minutes', got 'soon'"),
     ],
 )
 def test_bad_values_give_one_line_error_naming_the_setting(settings, monkeypatch, env, value, expected):
@@ -70,3 +72,15 @@ def test_durations(text, seconds):
 
 def test_spark_interval():
     assert spark_interval(timedelta(minutes=10)) == "600 seconds"
+
+
+def test_view_triggers_give_some_views_their_own_interval(settings):
+    from include.views import speed_trigger_intervals
+
+    chosen = settings.model_copy(update={"trigger_interval": timedelta(seconds=2),
+                                         "view_triggers": " user_sessions = 30s, traffic_by_page_10m=1 minute,"})
+    intervals = speed_trigger_intervals(chosen)
+    assert intervals["user_sessions"] == timedelta(seconds=30) and intervals["traffic_by_page_10m"] == timedelta(minutes=1)
+    assert intervals["order_payments"] == timedelta(seconds=2)
+    with pytest.raises(ConfigError, match="LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'"):
+        speed_trigger_intervals(settings.model_copy(update={"view_triggers": "sessions=5s"}))

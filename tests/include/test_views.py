@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 
 import json
 import statistics
@@ -101,6 +101,33 @@ def test_first_copies_keep_the_first_arrival_in_batch(spark):
     )
     kept = {r["event_id"]: bytes(r["value"]) for r in first_copies(rows, ["event_id"]).collect()}
     assert kept == {"e1": b"first", "e2": b"only"}
+
+
+def test_first_copies_in_a_stream_drop_copies_within_the_horizon_and_keep_ids_that_long(spark, settings):
+    """Five micro-batches (ingestion times given, a 10-minute horizon): copies 9 and exactly 10
+    minutes after the first are dropped; ids are forgotten once a micro-batch has seen 10
+    minutes pass, so the state holds one horizon of ids, and a copy 22 minutes later is new."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = settings.home / "ingested"
+    folder.mkdir(parents=True)
+    batches = [(t(10, 0), ["a", "b", "c"]), (t(10, 9), ["a", "d"]), (t(10, 10), ["b"]), (t(10, 21), ["e"]),
+               (t(10, 22), ["c"])]
+    for number, (at, ids) in enumerate(batches):
+        path = folder / f"{number}.parquet"
+        pq.write_table(pa.table({"event_id": ids, "ingested_at": pa.array([at] * len(ids), pa.timestamp("us"))}), path)
+        os.utime(path, (1_000_000 + number, 1_000_000 + number))  # the file source reads by modification time
+    events = spark.readStream.schema("event_id string, ingested_at timestamp").option("maxFilesPerTrigger", 1).parquet(str(folder))
+    query = (first_copies(events, ["event_id"], timedelta(minutes=10)).writeStream.format("memory").queryName("first_copies")
+             .option("checkpointLocation", str(settings.checkpoints_dir / "first_copies")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    kept = sorted((r["event_id"], r["ingested_at"]) for r in spark.table("first_copies").collect())
+    assert kept == [("a", t(10, 0)), ("b", t(10, 0)), ("c", t(10, 0)), ("c", t(10, 22)), ("d", t(10, 9)), ("e", t(10, 21))]
+    state = {p["batchId"]: p["stateOperators"][0]["numRowsTotal"] for p in query.recentProgress if p["numInputRows"]}
+    assert state[2] == 4 and state[3] == 2  # batch 3 saw 10:10 pass: a, b and c (10:00) forgotten
 
 
 def test_the_registry_declares_each_view_completely():

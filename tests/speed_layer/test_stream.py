@@ -73,6 +73,8 @@ def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, ca
     assert main(["stream", "--home", str(settings.home), "--views", "order_payments,sessions"]) == 2
     assert "unknown view 'sessions' (views: revenue_by_category_5m, order_payments" in capsys.readouterr().err
     assert not settings.checkpoints_dir.exists()
+    assert main(["stream", "--home", str(settings.home), "--view-triggers", "sessions=5s"]) == 2
+    assert "LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'" in capsys.readouterr().err
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
@@ -235,7 +237,7 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
 
 def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     settings = load_settings(home=tmp_path / "home", event_source="rate", rate_rows_per_second=50,
-                             trigger_interval="1s", spark_master="local[2]")
+                             trigger_interval="1s", view_triggers="user_sessions=1h", spark_master="local[2]")
     stop = threading.Event()
     result = {}
     runner = threading.Thread(target=lambda: result.update(store=run_stream(settings, stop=stop)))
@@ -248,6 +250,9 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
         time.sleep(0.5)
     heartbeat = read_heartbeat(settings.run_dir)
     assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
+    triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in spark.streams.active}
+    assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
+    assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
     stop.set()
     runner.join(timeout=300)
     assert not runner.is_alive()
