@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from include import tables
 from include.lakehouse import LakehouseStore
-from include.registry import ViewSpec, dimension_as_of
+from include.registry import ViewSpec, combined, dimension_as_of
 from include.views import VIEWS
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
             speed = _all(store, view.speed_table, view).withColumn("date", F.lit(day))
             speed, batch = dimension_as_of(view, speed, batch, cut)
         else:
-            speed = _day(store, view.speed_table, view, day)
+            speed = combined(view, _day(store, view.speed_table, view, day))
         speed_values, batch_values = _measure(speed, view), _measure(batch, view)
         for metric in view.metrics:
             rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))

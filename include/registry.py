@@ -136,10 +136,11 @@ class ViewSpec:
     hidden: tuple[str, ...] = ()  # stored columns that serving does not show
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
     # Non-empty: the speed layer keeps no streaming state for the view. It runs the definition on
-    # each micro-batch of its one input alone, then combines those rows with the stored rows of
-    # the same keys by these aggregates (column -> SQL aggregate over both); columns not listed
-    # belong to the key (e.g. ``window_end``, ``date``). For aggregates whose state would grow
-    # with the window (lists of what was counted), which Spark would rewrite every micro-batch.
+    # each micro-batch of its one input alone and appends those rows; readers add up a key's rows
+    # with these aggregates (column -> SQL aggregate; :func:`combined`, and serving in DuckDB, so
+    # a served column's aggregate must be SQL both run). Columns not listed belong to the key
+    # (e.g. ``window_end``, ``date``). For aggregates that grow with the window (lists of what was
+    # counted): neither Spark's state nor the stored row is rewritten each micro-batch.
     combine: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -182,6 +183,26 @@ class ViewSpec:
             return math.ceil(reach[topic](settings) / timedelta(days=1)) if topic in reach else 0
 
         return [day + timedelta(days=n) for n in range(-days(self.lookbehind), days(self.lookahead) + 1)]
+
+
+def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
+    """A view's speed rows, one per key: a ``combine`` view's rows of a key (one per micro-batch
+    that touched it) added up; any other view's as stored."""
+    from pyspark.sql import functions as F
+
+    if not view.combine:
+        return rows
+    kept = [name for name in column_names(view.fields) if name not in view.combine]
+    added = [F.expr(sql).alias(name) for name, sql in view.combine.items()]
+    return rows.groupBy(*kept).agg(*added).select(*column_names(view.fields))
+
+
+def combined_sql(view: ViewSpec, relation: str) -> str:
+    """:func:`combined` of a ``combine`` view in SQL over ``relation``, its served columns only
+    (serving's DuckDB runs it)."""
+    kept = [name for name in column_names(view.fields) if name not in view.combine]
+    added = [f"{sql} AS {name}" for name, sql in view.combine.items() if name not in view.hidden]
+    return f"SELECT {', '.join([*kept, *added])} FROM {relation} GROUP BY {', '.join(kept)}"
 
 
 def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:

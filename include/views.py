@@ -637,10 +637,10 @@ VIEWS += [
         speed_mode="update",
         hidden=("order_ids", "order_amounts"),
         # The counted orders grow with the window: a stateful query would rewrite its whole
-        # list into state on every micro-batch.
+        # list into state on every micro-batch, and a merged row would be rewritten likewise.
         combine={
             "revenue": money_sum_sql("revenue"),
-            "orders": "sum(orders)",
+            "orders": "CAST(sum(orders) AS BIGINT)",
             **{name: f"array_sort(flatten(collect_list(arrays_zip(order_ids, order_amounts)))).{name}"
                for name in ("order_ids", "order_amounts")},
         },

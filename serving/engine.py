@@ -25,7 +25,7 @@ from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
-from include.registry import ViewSpec
+from include.registry import ViewSpec, combined_sql
 from include.views import VIEWS
 
 
@@ -84,6 +84,8 @@ VIEWS_SQL = {
     "ops_alerts": "SELECT * FROM _ops_alerts",
     "supervisor_events": "SELECT * FROM _supervisor_events",
 }
+# Speed relations of ``combine`` views: stored as a row per key and micro-batch, added up when read.
+COMBINED = {speed_relation(view): view for view in VIEWS if view.combine}
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
@@ -144,7 +146,9 @@ class ServingEngine:
         with self._transaction():
             self._copies = {relation: self._load(relation, snapshot, None) for relation, snapshot in self._snapshots.items()}
             for relation in SOURCES:
-                self.connection.execute(f"CREATE VIEW {relation} AS SELECT * EXCLUDE (_file) FROM {LOADED}.{relation}")
+                copy = f"{LOADED}.{relation}"
+                rows = combined_sql(COMBINED[relation], copy) if relation in COMBINED else f"SELECT * EXCLUDE (_file) FROM {copy}"
+                self.connection.execute(f"CREATE VIEW {relation} AS {rows}")
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")
         # From here on no connection to this database can touch files or be reconfigured.

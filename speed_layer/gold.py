@@ -7,7 +7,8 @@ view's speed table with ``(query, batch_id)`` transaction ids. Late events never
 view's feed, so those views drop exactly what ``late_events`` lists; a dimension gets its late
 changes too. A view that looks up a dimension joins the dimension's speed table as it stands
 at each micro-batch. A view that declares ``combine`` keeps no state: its query runs the
-definition on each micro-batch and adds the result to the stored rows (:class:`CombineBatch`).
+definition on each micro-batch and appends the result, which readers add up per key
+(:class:`CombineBatch`).
 """
 
 from __future__ import annotations
@@ -78,34 +79,19 @@ class MergeBatch:
 
 class CombineBatch:
     """``foreachBatch`` of a view without streaming state (:attr:`ViewSpec.combine`): the
-    definition on this micro-batch alone, combined with the stored rows of its keys, upserted
-    exactly once. A replay before the commit reads the same stored rows, so it computes the same."""
+    definition on this micro-batch alone, appended exactly once. Readers add up a key's rows
+    (:func:`include.registry.combined`), so a micro-batch costs its own rows, not the window's."""
 
     def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
         self.store, self.view, self.settings, self.query = store, view, settings, query_name(view)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
-
         view, txn = self.view, Txn(self.query, batch_id)
         if self.store.is_committed(view.speed_table, txn):
             return
         inputs = {view.inputs[0]: batch, **{name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}}
-        columns = view.schema.fieldNames()
-        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns).persist()
-        try:
-            dates = [row["date"] for row in rows.select("date").distinct().collect()]
-            if not dates:
-                return
-            keys = list(view.keys)
-            stored = (self.store.read(view.speed_table).where(F.col("date").isin(dates))
-                      .join(rows.select(*keys).distinct(), keys, "left_semi"))
-            kept = [name for name in columns if name not in view.combine]
-            combined = (rows.unionByName(stored).groupBy(*kept)
-                        .agg(*[F.expr(sql).alias(name) for name, sql in view.combine.items()]).select(*columns))
-            self.store.merge(view.speed_table, combined, keys, txn)
-        finally:
-            rows.unpersist()
+        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*view.schema.fieldNames())
+        self.store.append(view.speed_table, rows, txn)
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:

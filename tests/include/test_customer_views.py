@@ -176,9 +176,11 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     """The speed query re-reads the dimension's Delta table every micro-batch: an order processed
     after a segment change gets the new segment without a restart; reconciliation then counts
     the order the stream enriched differently from the point-in-time batch. The view keeps no
-    streaming state: each micro-batch's rows are added to the stored ones (revenue exact in
-    decimal), and a replayed micro-batch adds nothing."""
+    streaming state: each micro-batch appends its own rows, which readers (Spark and serving's
+    DuckDB) add up per key (revenue exact in decimal), and a replayed micro-batch adds nothing."""
     from include.lakehouse import open_store
+    from include.registry import combined
+    from serving.engine import ServingEngine
     from speed_layer.gold import CombineBatch
 
     store = open_store(settings, spark, engine="delta-rs")
@@ -196,7 +198,7 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
         batches[batch_id] = batch.collect()
         combine(batch, batch_id)
         seen.append(sorted((r["segment"], r["revenue"], r["orders"], r["order_ids"])
-                           for r in store.read(view.speed_table).collect()))
+                           for r in combined(view, store.read(view.speed_table)).collect()))
 
     query = (spark.readStream.schema(ORDERS).parquet(str(folder / "*")).writeStream.foreachBatch(merge)
              .option("checkpointLocation", str(settings.checkpoints_dir / "enrich")).trigger(processingTime="1 second").start())
@@ -216,8 +218,14 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     assert seen[-1] == [("consumer", 0.3, 2, ["o1", "o3"]), ("premium", 5.0, 1, ["o2"])]
     last = max(batches)
     combine(spark.createDataFrame(batches[last], ORDERS), last)  # a replay of a committed micro-batch
-    assert sorted((r["segment"], r["revenue"], r["orders"]) for r in store.read(view.speed_table).collect()) == [
+    assert sorted((r["segment"], r["revenue"], r["orders"]) for r in combined(view, store.read(view.speed_table)).collect()) == [
         ("consumer", 0.3, 2), ("premium", 5.0, 1)]
+    # Stored: a row per key and micro-batch, none rewritten; served: added up.
+    assert sorted((r["segment"], r["order_ids"]) for r in store.read(view.speed_table).collect()) == [
+        ("consumer", ["o1"]), ("consumer", ["o3"]), ("premium", ["o2"])]
+    served = ServingEngine(settings).rows("SELECT segment, revenue, orders, source FROM revenue_by_segment_1h ORDER BY segment")
+    assert served == [{"segment": "consumer", "revenue": 0.3, "orders": 2, "source": "speed"},
+                      {"segment": "premium", "revenue": 5.0, "orders": 1, "source": "speed"}]
 
     batch = revenue_by_segment_1h(
         {"orders": spark.createDataFrame([("o1", "C1", "books", 0.1, t(10), t(10)), ("o2", "C1", "books", 5.0, t(15), t(25)),
@@ -225,6 +233,6 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
          "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False), ("C1", "premium", t(20), None, False),
                                               ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
-    differing = view.differences.rows(store.read(view.speed_table), batch).collect()
+    differing = view.differences.rows(combined(view, store.read(view.speed_table)), batch).collect()
     assert [(r["order_id"], r["amount"], r["speed_segment"], r["batch_segment"]) for r in differing] == [
         ("o2", 5.0, "premium", "consumer")]
