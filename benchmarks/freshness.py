@@ -12,7 +12,7 @@ visible through the serving layer.
    that second's share of ``--events-per-second``, event time = now, written and renamed
    atomically like the generator's files. Order ids carry the file's number.
 3. One serving engine stays open in this process (no CLI start-up per poll); every 100 ms it
-   refreshes the tables whose Delta version changed and checks, per file: its orders in
+   refreshes the tables whose Delta version changed and, when a view's speed table changed, checks, per file: its orders in
    ``order_payments``, and ``revenue_by_category_5m`` counting every order landed up to it.
    Freshness = first time seen - rename time. Files landed during ``--warmup`` are not counted
    (JVM start-up, first plans). A sensors file holds one reading of each device of a fixed fleet
@@ -195,7 +195,8 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
     """One live stream (``views``: `all` or ``stream --views``; ``triggers``: ``stream
     --view-triggers``) on a fresh home while files land."""
     from include.config import load_settings
-    from serving.engine import ServingEngine
+    from include.views import VIEWS_BY_NAME
+    from serving.engine import ServingEngine, speed_relation
 
     home = Path(tempfile.mkdtemp(prefix="lambdalake-freshness-"))
     settings = load_settings(home=home)
@@ -217,13 +218,16 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
             time.sleep(0.1)
             if stream.poll() is not None:
                 raise SystemExit(f"lambdalake stream exited with {stream.returncode}")
+            # Only a refresh that changed a view's speed table can show a file: the checks below
+            # scan whole views, and this process shares the two cores with the stream.
+            changed = set() if engine else {speed_relation(VIEWS_BY_NAME[view]) for view in seen}
             engine = engine or ServingEngine(settings)
-            engine.refresh()
+            changed.update(engine.refresh())
             now = time.monotonic()
             if now >= next_sample:
                 memory.append((now - started, tree_rss_mb(stream.pid), jvm_heap_mb(stream.pid)))
                 next_sample = now + 10
-            if "order_payments" in seen:
+            if "order_payments" in seen and speed_relation(VIEWS_BY_NAME["order_payments"]) in changed:
                 per_file = engine.rows(
                     "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
                     "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1"
@@ -231,18 +235,18 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
                 for row in per_file:
                     if row["orders"] >= lander.orders.get(row["file"], 1 << 30):
                         seen["order_payments"].setdefault(row["file"], now)
-            if "revenue_by_category_5m" in seen:
+            if "revenue_by_category_5m" in seen and speed_relation(VIEWS_BY_NAME["revenue_by_category_5m"]) in changed:
                 counted = engine.rows("SELECT coalesce(sum(orders), 0) AS n FROM revenue_by_category_5m")[0]["n"]
                 landed = 0
                 for number in sorted(lander.orders):
                     landed += lander.orders[number]
                     if landed <= counted:
                         seen["revenue_by_category_5m"].setdefault(number, now)
-            if "alerts" in seen:
+            if "alerts" in seen and speed_relation(VIEWS_BY_NAME["alerts"]) in changed:
                 for row in engine.rows("SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
                                        "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'"):
                     seen["alerts"].setdefault(row["file"], now)
-            if "customers" in seen:
+            if "customers" in seen and speed_relation(VIEWS_BY_NAME["customers"]) in changed:
                 for row in engine.rows("SELECT CAST(substr(customer_id, 2) AS INTEGER) AS file FROM customers "
                                        "WHERE customer_id LIKE 'M%'"):
                     seen["customers"].setdefault(row["file"], now)
