@@ -250,7 +250,9 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
                 for row in engine.rows("SELECT CAST(substr(customer_id, 2) AS INTEGER) AS file FROM customers "
                                        "WHERE customer_id LIKE 'M%'"):
                     seen["customers"].setdefault(row["file"], now)
-            if all(len(s) == args.seconds for s in seen.values()):
+            if seen and all(len(s) == args.seconds for s in seen.values()):
+                break
+            if not seen and now - started >= args.seconds:  # no measured view: memory and state only
                 break
     finally:
         stream.send_signal(signal.SIGTERM)
@@ -271,6 +273,8 @@ def state_rows(settings, warmup: float) -> dict[str, tuple[float, float]]:
 
     rows = DeltaTable(str(settings.lakehouse_dir / "ops" / "stream_metrics")).to_pyarrow_table(
         columns=["query", "timestamp", "state_rows"]).to_pylist()
+    if not rows:
+        return {}
     start = min(row["timestamp"] for row in rows).timestamp() + warmup
     by_query: dict[str, list[int]] = {}
     for row in sorted(rows, key=lambda row: row["timestamp"]):
