@@ -173,6 +173,11 @@ class ViewSpec:
         return [name for name in column_names(self.fields) if name != "date" and name not in self.hidden]
 
     @property
+    def combined_by(self) -> list[str]:
+        """A ``combine`` view's columns that identify the rows added up (all but the combined)."""
+        return [name for name in column_names(self.fields) if name not in self.combine]
+
+    @property
     def compared(self) -> list[str]:
         """The stored columns two layers' rows must agree on."""
         return [name for name in column_names(self.fields) if name != "date"]
@@ -192,17 +197,15 @@ def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
 
     if not view.combine:
         return rows
-    kept = [name for name in column_names(view.fields) if name not in view.combine]
     added = [F.expr(sql).alias(name) for name, sql in view.combine.items()]
-    return rows.groupBy(*kept).agg(*added).select(*column_names(view.fields))
+    return rows.groupBy(*view.combined_by).agg(*added).select(*column_names(view.fields))
 
 
 def combined_sql(view: ViewSpec, relation: str) -> str:
     """:func:`combined` of a ``combine`` view in SQL over ``relation``, its served columns only
     (serving's DuckDB runs it)."""
-    kept = [name for name in column_names(view.fields) if name not in view.combine]
     added = [f"{sql} AS {name}" for name, sql in view.combine.items() if name not in view.hidden]
-    return f"SELECT {', '.join([*kept, *added])} FROM {relation} GROUP BY {', '.join(kept)}"
+    return f"SELECT {', '.join([*view.combined_by, *added])} FROM {relation} GROUP BY {', '.join(view.combined_by)}"
 
 
 def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:
