@@ -102,8 +102,8 @@ class Settings(BaseSettings):
     # Spark keeps each id about this long and scans all it keeps every micro-batch (about
     # 0.25 µs per id): at 10k events/s, 5 minutes is about 3M ids, 30 minutes 18M.
     dedup_window: timedelta = Field(default=timedelta(minutes=5))
-    # HyperLogLog++ precision of the speed layer's distinct counts: state per window grows about
-    # 4x for each halving (0.01: ~13 KB per window and key, 0.02: ~3 KB), and so does their cost.
+    # Precision of the speed layer's distinct counts (HLL sketches): a sketch grows about 4x for
+    # each halving (0.02: 2^12 buckets, at most ~2 KB per window and key; exact for few values).
     approx_distinct_rsd: float = Field(default=0.02, ge=0.005, le=0.3, description="relative standard deviation")
     # Alert rules (the alerts view).
     temperature_limit: float = Field(default=80.0, description="high_temperature: a reading above this")

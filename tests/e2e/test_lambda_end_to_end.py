@@ -67,7 +67,7 @@ def test_speed_views_differ_from_truth_only_by_late_events(lake):
         assert speed[key]["source"] == "speed"
     truth_buyers = sum(int(r["unique_buyers"]) for r in read_truth(result, "revenue_by_category_5m"))
     speed_buyers = sum(r["unique_buyers"] for r in speed.values())
-    # HyperLogLog++: each window's error is a few rsd at most; over all windows they average out.
+    # HLL sketches: each window's error is a few rsd at most; over all windows they average out.
     assert abs(speed_buyers - truth_buyers) <= settings.approx_distinct_rsd * truth_buyers + len(late_orders)
 
     speed_payments = {r["order_id"]: r for r in engine.rows("SELECT * FROM order_payments")}

@@ -18,7 +18,9 @@ from include.views import (
     alerts,
     best_order_status,
     device_health_5m,
+    distinct_count,
     first_copies,
+    hll_lg_k,
     order_payments,
     revenue_by_category_5m,
     traffic_by_page_10m,
@@ -200,6 +202,25 @@ def test_traffic_windows_slide_every_five_minutes(spark, settings, is_exact):
         VIEWS_BY_NAME["traffic_by_page_10m"].schema,
     )
     assertDataFrameEqual(traffic_by_page_10m({"clicks": clicks}, ViewContext(settings, exact=is_exact)), expected)
+
+
+@pytest.mark.parametrize(("rsd", "lg_k"), [(0.3, 4), (0.05, 9), (0.02, 12), (0.01, 14), (0.005, 16)])
+def test_the_stream_sketch_has_the_buckets_its_error_needs(rsd, lg_k):
+    assert hll_lg_k(rsd) == lg_k
+    assert 1.04 / 2 ** (lg_k / 2) <= rsd  # DataSketches HLL's error with 2^lg_k buckets
+
+
+def test_the_stream_distinct_count_is_exact_for_few_values_and_within_its_error_for_many(spark, settings):
+    from pyspark.sql import functions as F
+
+    def users(rows: int):  # noqa: ANN202 - DataFrame
+        return spark.range(rows).select((F.col("id") % 3).alias("group"), (F.col("id") % 20_003).cast("string").alias("user_id"))
+
+    speed = ViewContext(settings, exact=False)
+    few = users(50).groupBy("group").agg(distinct_count("user_id", speed).alias("n"))
+    assert sorted(row.n for row in few.collect()) == [16, 17, 17]
+    many = users(30_000).agg(distinct_count("user_id", speed).alias("n")).first().n
+    assert abs(many - 20_003) <= 3 * settings.approx_distinct_rsd * 20_003
 
 
 def test_device_health_statistics_one_reading_and_zero_deviation(spark, exact):
