@@ -4,9 +4,11 @@ visible through the serving layer.
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
         [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
         [--cdc-per-second 0] [--view-triggers '' 'user_sessions=30s,traffic_by_page_10m=30s']
+        [--bronze-triggers '' 10s]
 
 1. ``lambdalake stream`` runs continuously in its own process (processing-time trigger
-   ``--trigger-interval``, and each ``--view-triggers`` setting in a run of its own), on a fresh home.
+   ``--trigger-interval``; each ``--view-triggers`` and ``--bronze-triggers`` setting in a run of
+   its own), on a fresh home.
 2. Once its heartbeat says it runs (JVM up, queries started; files landed before would be a
    start-up backlog carried through the run), every second this process lands one file per topic (clicks, sensors, orders, payments) with
    that second's share of ``--events-per-second``, event time = now, written and renamed
@@ -191,9 +193,9 @@ def wait_until_running(settings, stream: subprocess.Popen, timeout: float = 300)
         time.sleep(0.2)
 
 
-def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
+def measure(args: argparse.Namespace, views: str, triggers: str, bronze: str) -> dict:
     """One live stream (``views``: `all` or ``stream --views``; ``triggers``: ``stream
-    --view-triggers``) on a fresh home while files land."""
+    --view-triggers``; ``bronze``: ``stream --bronze-trigger``) on a fresh home while files land."""
     from include.config import load_settings
     from include.views import VIEWS_BY_NAME
     from serving.engine import ServingEngine, speed_relation
@@ -201,7 +203,8 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
     home = Path(tempfile.mkdtemp(prefix="lambdalake-freshness-"))
     settings = load_settings(home=home)
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
-           "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000", "LAMBDALAKE_VIEW_TRIGGERS": triggers}
+           "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000", "LAMBDALAKE_VIEW_TRIGGERS": triggers,
+           "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze}
     command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
     stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until_running(settings, stream)
@@ -262,7 +265,7 @@ def measure(args: argparse.Namespace, views: str, triggers: str) -> dict:
             print(f"lambdalake stream still running {STOP_SECONDS} s after SIGTERM: killed", file=sys.stderr)
             stream.kill()
             stream.wait()
-    return {"views": views, "triggers": triggers, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
+    return {"views": views, "triggers": triggers, "bronze": bronze, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
             "state_rows": state_rows(settings, args.warmup)}
 
 
@@ -298,9 +301,12 @@ def main() -> None:
                         help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
     parser.add_argument("--view-triggers", nargs="+", default=[""],
                         help="`stream --view-triggers` settings (VIEW=DURATION,...; '' for none): one run per setting and view set")
+    parser.add_argument("--bronze-triggers", nargs="+", default=[""],
+                        help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): one run per setting too")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "freshness.md")
     args = parser.parse_args()
-    runs = [measure(args, views, triggers) for views in args.views for triggers in args.view_triggers]
+    runs = [measure(args, views, triggers, bronze) for views in args.views for triggers in args.view_triggers
+            for bronze in args.bronze_triggers]
 
     report = [
         "# Freshness benchmark", "",
@@ -361,7 +367,8 @@ def main() -> None:
 def label(run: dict) -> str:
     views = run["views"]
     named = "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(","))
-    return named + (f" (`--view-triggers {run['triggers']}`)" if run["triggers"] else "")
+    options = [f"--view-triggers {run['triggers']}"] * bool(run["triggers"]) + [f"--bronze-trigger {run['bronze']}"] * bool(run["bronze"])
+    return named + "".join(f" (`{option}`)" for option in options)
 
 
 if __name__ == "__main__":

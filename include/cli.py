@@ -275,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--view-triggers", metavar="VIEW=DURATION,...",
                         help="a view's own micro-batch interval when running continuously (default: --trigger-interval; "
                         "or $LAMBDALAKE_VIEW_TRIGGERS)")
+    stream.add_argument("--bronze-trigger", metavar="DURATION",
+                        help="Bronze's own micro-batch interval when running continuously (default: --trigger-interval; "
+                        "or $LAMBDALAKE_BRONZE_TRIGGER_INTERVAL); no view waits for Bronze")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(
@@ -352,6 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "event_source": getattr(args, "source", None),
         "speed_views": getattr(args, "views", None),
         "view_triggers": getattr(args, "view_triggers", None),
+        "bronze_trigger_interval": getattr(args, "bronze_trigger", None),
     }
     from include.lakehouse.base import LakehouseError
 

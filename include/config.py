@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     trigger_interval: timedelta = Field(default=timedelta(seconds=5))
     # Comma-separated VIEW=DURATION: a speed view's own micro-batch interval (else the above).
     view_triggers: str = Field(default="", description="e.g. 'user_sessions=30s,traffic_by_page_10m=1m'")
+    # Bronze's own micro-batch interval (else the above): no speed view waits for Bronze, so a
+    # longer one leaves the cores to ingest and the views.
+    bronze_trigger_interval: timedelta | None = None
     kafka_bootstrap_servers: str = "localhost:9092"
     kafka_partitions: int = Field(default=3, ge=1, description="partitions of a topic the generator creates")
     rate_rows_per_second: int = Field(default=1000, ge=1)
@@ -140,6 +143,11 @@ class Settings(BaseSettings):
     @classmethod
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
+
+    @field_validator("bronze_trigger_interval", mode="before")
+    @classmethod
+    def _bronze_trigger_interval(cls, value: Any) -> timedelta | None:
+        return None if value in (None, "") else parse_duration(value, "Bronze trigger interval")
 
     @field_validator("view_triggers")
     @classmethod

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.config import Settings
@@ -53,6 +54,12 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
     }
 
 
+def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
+    """The queries with a micro-batch interval of their own when running continuously."""
+    bronze_interval = {bronze.QUERY: settings.bronze_trigger_interval} if settings.bronze_trigger_interval else {}
+    return {**bronze_interval, **trigger_intervals(settings)}
+
+
 def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
            available_now: bool) -> StreamingQuery:
     # A query takes the session's configuration as it starts.
@@ -60,7 +67,7 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        interval = trigger_intervals(settings).get(name, settings.trigger_interval)
+        interval = query_trigger_intervals(settings).get(name, settings.trigger_interval)
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
     return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
 

@@ -39,6 +39,7 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
         ("APPROX_DISTINCT_RSD", "0.001", "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
         ("LANDING_MAX_FILE_AGE", "0d", "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
         ("VIEW_TRIGGERS", "alerts:30s", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts:30s: view triggers must look like 'VIEW=DURATION,...', got 'alerts:30s'"),
+        ("BRONZE_TRIGGER_INTERVAL", "0s", "invalid setting LAMBDALAKE_BRONZE_TRIGGER_INTERVAL=0s: Bronze trigger interval must be positive, got '0s'"),
         ("VIEW_TRIGGERS", "alerts=soon", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts=soon: the trigger interval of 'alerts' must be a duration like '10 minutes', got 'soon'"),
     ],
 )

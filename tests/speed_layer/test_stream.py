@@ -237,7 +237,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
 
 def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     settings = load_settings(home=tmp_path / "home", event_source="rate", rate_rows_per_second=50,
-                             trigger_interval="1s", view_triggers="user_sessions=1h", spark_master="local[2]")
+                             trigger_interval="1s", view_triggers="user_sessions=1h", bronze_trigger_interval="2s",
+                             spark_master="local[2]")
     stop = threading.Event()
     result = {}
     runner = threading.Thread(target=lambda: result.update(store=run_stream(settings, stop=stop)))
@@ -253,6 +254,7 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in spark.streams.active}
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
+    assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
     stop.set()
     runner.join(timeout=300)
     assert not runner.is_alive()
