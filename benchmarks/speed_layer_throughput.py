@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names: one stream run per set (and per files value)")
     parser.add_argument("--approx-distinct-rsd", type=float, nargs="+", default=[None],
-                        help="HyperLogLog++ precisions (LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
+                        help="distinct-count precisions, relative standard deviation of the HLL sketches (LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
     args = parser.parse_args()
 
