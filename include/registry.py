@@ -149,10 +149,22 @@ class ViewSpec:
         unknown = [name for name in self.combine if name not in column_names(self.fields)]
         if unknown:
             raise ValueError(f"view '{self.name}': combine names {unknown}, which are not its columns")
+        if self.kind == "fact" and self.key_time not in column_names(self.fields):
+            raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, not '{self.key_time}'")
 
     @property
     def speed_table(self) -> str:
         return f"speed/{self.name}"
+
+    @property
+    def merge_on(self) -> tuple[str, ...]:
+        """The columns a speed row is matched on when merged into the speed table: its keys and,
+        for a fact view, its key time and day, which never change for a key. From their range
+        in a micro-batch the merge skips the files of other times (file statistics), so it
+        reads what the watermark keeps open, not the whole day."""
+        if self.kind != "fact":
+            return self.keys
+        return (*self.keys, *[name for name in (self.key_time, "date") if name not in self.keys])
 
     @property
     def batch_table(self) -> str:

@@ -66,7 +66,7 @@ class MergeBatch:
             batch = best_per_key(batch, view.keys, view.precedence)
         update_when = replaces_sql(view.precedence) if view.precedence else None
         if view.announce is None or self.store.is_committed(view.speed_table, txn):
-            self.store.merge(view.speed_table, batch, view.keys, txn, update_when, delete_when=view.tombstone)
+            self.store.merge(view.speed_table, batch, view.merge_on, txn, update_when, delete_when=view.tombstone)
             return
         rows = batch.toArrow()  # a handful of rows (alerts); computed once for both uses
         stored = self.store.select_arrow(view.speed_table, list(view.keys))
@@ -74,7 +74,7 @@ class MergeBatch:
         new = [row for row in rows.to_pylist() if tuple(row[key] for key in view.keys) not in known]
         if new:
             view.announce(self.settings, new, Txn(f"{self.query}_announce", batch_id))
-        self.store.merge(view.speed_table, rows, view.keys, txn, update_when, delete_when=view.tombstone)
+        self.store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.tombstone)
 
 
 class CombineBatch:

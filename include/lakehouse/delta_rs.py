@@ -190,8 +190,10 @@ class DeltaRsStore(LakehouseStore):
         self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
     ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
+        # The rows are in memory already; streamed execution would stop delta-rs from reading
+        # their min and max per matched column, from which it skips the files they cannot match.
         merger = self._open(path).merge(
-            data, predicate, source_alias="s", target_alias="t", commit_properties=_commit_properties(txn)
+            data, predicate, source_alias="s", target_alias="t", streamed_exec=False, commit_properties=_commit_properties(txn)
         )
         if delete_when:  # the first matching clause applies
             merger = merger.when_matched_delete(predicate=delete_when)

@@ -189,7 +189,9 @@ class Lockstep(DeltaRsStore):
 def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, caplog):
     store = Lockstep(spark, settings.lakehouse_dir, commit_retries=5, backoff_seconds=0.05)
     name = make_table(store)
-    batches = [rows(spark, (i, f"w{i}", 1.0, T0, D1)) for i in range(2)]
+    # Interleaved keys: each merge's read range (the min to the max of its keys) holds rows the
+    # other writer adds, so the two truly conflict (disjoint ranges would both commit at once).
+    batches = [rows(spark, (i, f"w{i}", 1.0, T0, D1), (i + 2, f"w{i}", 1.0, T0, D1)) for i in range(2)]
     errors: list[BaseException] = []
 
     def writer(i: int) -> None:
@@ -206,7 +208,7 @@ def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, capl
     for thread in threads:
         thread.join()
     assert errors == []
-    assert store.read(name).count() == 6
+    assert store.read(name).count() == 12
     assert store.txn_version(name, "writer-0") == store.txn_version(name, "writer-1") == 2
     conflicts = [r for r in caplog.records if "concurrent commit conflict" in r.message]
     assert len(conflicts) >= 3  # one per round

@@ -183,6 +183,46 @@ def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
         assertDataFrameEqual(store.read(table), best_order_status(both))
 
 
+def test_a_speed_merge_reads_only_the_files_of_its_key_times(spark, settings):
+    """A fact view's rows are matched on their keys and their key time and day, which never change
+    for a key: a micro-batch's merge skips the files of earlier hours instead of reading the day."""
+    from deltalake import DeltaTable
+
+    from include import tables
+    from include.lakehouse import Txn, open_store
+    from include.registry import replaces_sql
+
+    view = VIEWS_BY_NAME["order_payments"]
+    assert view.merge_on == ("order_id", "order_time", "date")
+    day = date(2026, 11, 20)
+    store = open_store(settings, spark, engine="delta-rs")
+    store.ensure_table(view.speed_table, view.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
+
+    def merge(rows, batch_id):
+        store.merge(view.speed_table, spark.createDataFrame(rows, view.schema), view.merge_on, Txn("speed", batch_id),
+                    replaces_sql(view.precedence))
+
+    for hour in range(8, 12):  # a micro-batch per hour: its pending orders in files of their own
+        merge([(f"o{hour}-{n}", "u1", "books", 1.0, t(hour, n), None, None, None, "pending", day) for n in range(3)], hour)
+    merge([("o11-1", "u1", "books", 1.0, t(11, 1), "p1", 1.0, t(11, 5), "paid", day),
+           ("o11-9", "u1", "books", 1.0, t(11, 9), None, None, None, "pending", day)], 12)
+
+    metrics = DeltaTable(store.path(view.speed_table)).history(1)[0]["operationMetrics"]
+    assert metrics["num_target_files_skipped_during_scan"] >= 3  # the files of 08:00-10:59
+    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_inserted"]) == (1, 1)
+    stored = {row["order_id"]: row["status"] for row in store.read(view.speed_table).collect()}
+    assert len(stored) == 13 and stored["o11-1"] == "paid" and stored["o10-1"] == "pending"
+
+
+def test_a_fact_views_key_time_is_a_column_dimensions_merge_on_their_keys():
+    import dataclasses
+
+    assert VIEWS_BY_NAME["revenue_by_category_5m"].merge_on == ("window_start", "category", "date")
+    assert VIEWS_BY_NAME["customers"].merge_on == ("customer_id",)  # its key time moves with each change
+    with pytest.raises(ValueError, match="a fact view's key_time must be one of its columns"):
+        dataclasses.replace(VIEWS_BY_NAME["order_payments"], key_time="coalesce(pay_time, order_time)")
+
+
 @pytest.mark.parametrize("is_exact", [True, False])
 def test_traffic_windows_slide_every_five_minutes(spark, settings, is_exact):
     clicks = spark.createDataFrame(
