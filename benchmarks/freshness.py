@@ -215,6 +215,7 @@ def measure(args: argparse.Namespace, views: str, triggers: str, bronze: str) ->
     engine = None
     memory: list[tuple[float, float, tuple[float, float] | None]] = []  # (s since start, RSS MB, JVM heap MB)
     started = next_sample = time.monotonic()
+    started_at = datetime.now(timezone.utc)
     deadline = time.monotonic() + args.seconds + 180
     try:
         while time.monotonic() < deadline:
@@ -266,28 +267,59 @@ def measure(args: argparse.Namespace, views: str, triggers: str, bronze: str) ->
             stream.kill()
             stream.wait()
     return {"views": views, "triggers": triggers, "bronze": bronze, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
-            "state_rows": state_rows(settings, args.warmup)}
+            "state_series": state_series(settings, started_at)}
 
 
-def state_rows(settings, warmup: float) -> dict[str, tuple[float, float]]:
-    """Per query, the rows its state operators keep (Spark's progress, ``ops/stream_metrics``):
-    mean over the first and the last tenth of its micro-batches after the warm-up."""
+def state_series(settings, started_at: datetime) -> dict[str, list[tuple[float, int]]]:
+    """Per query and micro-batch: (seconds since the landing began, rows its state operators
+    keep), from Spark's progress in ``ops/stream_metrics``."""
     from deltalake import DeltaTable
 
     rows = DeltaTable(str(settings.lakehouse_dir / "ops" / "stream_metrics")).to_pyarrow_table(
         columns=["query", "timestamp", "state_rows"]).to_pylist()
-    if not rows:
-        return {}
-    start = min(row["timestamp"] for row in rows).timestamp() + warmup
-    by_query: dict[str, list[int]] = {}
+    series: dict[str, list[tuple[float, int]]] = {}
     for row in sorted(rows, key=lambda row: row["timestamp"]):
-        if row["timestamp"].timestamp() >= start:
-            by_query.setdefault(row["query"], []).append(row["state_rows"] or 0)
+        series.setdefault(row["query"], []).append(((row["timestamp"] - started_at).total_seconds(), row["state_rows"] or 0))
+    return dict(sorted(series.items()))
+
+
+def state_ends(run: dict, warmup: float) -> dict[str, tuple[float, float]]:
+    """Per query, its state rows averaged over the first and the last tenth of its micro-batches
+    after the warm-up."""
     ends = {}
-    for query, counts in sorted(by_query.items()):
-        tenth = max(1, len(counts) // 10)
-        ends[query] = (sum(counts[:tenth]) / tenth, sum(counts[-tenth:]) / tenth)
+    for query, series in run["state_series"].items():
+        counts = [rows for at, rows in series if at >= warmup]
+        if counts:
+            tenth = max(1, len(counts) // 10)
+            ends[query] = (sum(counts[:tenth]) / tenth, sum(counts[-tenth:]) / tenth)
     return ends
+
+
+def over_time(run: dict, args: argparse.Namespace) -> list[str]:
+    """The run in tenths after the warm-up: the first measured view's median delay, memory and
+    the two largest states. Growth that stops (state filling its window plus the watermark
+    delay) shows apart from growth without bound."""
+    start, length = args.warmup, (args.seconds - args.warmup) / 10
+    ends = state_ends(run, args.warmup)
+    largest = sorted(ends, key=lambda query: -ends[query][1])[:2]
+    view = next(iter(run["seen"]), None)
+    header = ["minutes", *([f"`{view}` p50 s"] if view else []), "RSS MB", "heap used MB", *(f"`{q}` state rows" for q in largest)]
+    lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
+
+    def mean(values: list[float]) -> str:
+        return f"{sum(values) / len(values):,.0f}" if values else "-"
+
+    for part in range(10):
+        low, high = start + part * length, start + (part + 1) * length
+        cells = [f"{low / 60:.1f}-{high / 60:.1f}"]
+        if view:
+            delays = [run["seen"][view][n] - run["renamed"][n] for n in run["renamed"] if low <= n < high and n in run["seen"][view]]
+            cells.append(f"{percentile(delays, 0.5):.1f}" if delays else "-")
+        samples = [(rss, heap) for at, rss, heap in run["memory"] if low <= at < high]
+        cells += [mean([rss for rss, _ in samples]), mean([heap[0] for _, heap in samples if heap])]
+        cells += [mean([rows for at, rows in run["state_series"][q] if low <= at < high]) for q in largest]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def main() -> None:
@@ -357,8 +389,12 @@ def main() -> None:
     report += ["", "State rows per query (Spark's progress, mean of the first / last tenth of its micro-batches after the "
                "warm-up; each bounded by its window or horizon plus the watermark delay, so it grows until that has passed):", ""]
     for run in runs:
-        kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}" for query, (first, last) in run["state_rows"].items() if last or first)
+        kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}" for query, (first, last) in state_ends(run, args.warmup).items()
+                         if last or first)
         report.append(f"- {label(run)}: {kept}.")
+    for run in runs:
+        report += ["", f"Over time, {label(run)} (means per tenth of the run after the warm-up; the view's delay by the "
+                   "files landed in that tenth):", "", *over_time(run, args)]
     text = "\n".join(report) + "\n"
     args.report.write_text(text)
     print(text)
