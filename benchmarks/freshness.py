@@ -206,6 +206,7 @@ def measure(args: argparse.Namespace, views: str, triggers: str, bronze: str) ->
            "LAMBDALAKE_MAX_FILES_PER_TRIGGER": "1000", "LAMBDALAKE_VIEW_TRIGGERS": triggers,
            "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze}
     command = [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views])
+    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze)
     stream = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until_running(settings, stream)
     lander = Lander(settings.landing_dir, args.events_per_second, args.seconds, args.cdc_per_second)
@@ -266,8 +267,21 @@ def measure(args: argparse.Namespace, views: str, triggers: str, bronze: str) ->
             print(f"lambdalake stream still running {STOP_SECONDS} s after SIGTERM: killed", file=sys.stderr)
             stream.kill()
             stream.wait()
-    return {"views": views, "triggers": triggers, "bronze": bronze, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
+    return {"views": views, "triggers": triggers, "bronze": bronze, "intervals": intervals, "seen": seen, "renamed": dict(lander.renamed), "memory": memory,
             "state_series": state_series(settings, started_at)}
+
+
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str) -> dict[str, float]:
+    """The micro-batch interval of each of the stream's queries, in seconds, as the stream
+    started with these options takes them."""
+    from include.config import load_settings
+    from speed_layer.runner import query_trigger_intervals
+
+    settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
+                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
+    intervals = query_trigger_intervals(settings)
+    return {"speed_ingest": settings.trigger_interval.total_seconds(),
+            **{query: interval.total_seconds() for query, interval in intervals.items()}}
 
 
 def state_series(settings, started_at: datetime) -> dict[str, list[tuple[float, int]]]:
@@ -352,10 +366,16 @@ def main() -> None:
         f"layer; files of the first {args.warmup} s not counted. `alerts`: alert latency, the file's overheating reading "
         "to its `high_temperature` alert. `customers`: CDC apply latency, the file's new customer to its row in `customers`"
         + (f" ({args.cdc_per_second:,} changes/s)" if args.cdc_per_second else "") + ". One run per view set, one after another.",
-        "",
-        "| speed views | view | files measured | p50 s | p95 s | max s | first tenth mean s | last tenth mean s | never seen |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    report += ["", "Micro-batch intervals (each query's processing-time trigger):", ""]
+    for run in runs:
+        by_interval: dict[float, list[str]] = {}
+        for query, seconds in run["intervals"].items():
+            by_interval.setdefault(seconds, []).append(f"`{query}`")
+        report.append(f"- {label(run)}: " + "; ".join(f"{seconds:g} s: {', '.join(queries)}"
+                                                     for seconds, queries in sorted(by_interval.items())) + ".")
+    report += ["", "| speed views | view | files measured | p50 s | p95 s | max s | first tenth mean s | last tenth mean s | never seen |",
+               "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         counted_files = [n for n in run["renamed"] if n >= args.warmup]
         for view, times in run["seen"].items():

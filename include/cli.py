@@ -273,11 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--views", metavar="VIEW,...", help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
                         "the others are served from the batch layer alone")
     stream.add_argument("--view-triggers", metavar="VIEW=DURATION,...",
-                        help="a view's own micro-batch interval when running continuously (default: --trigger-interval; "
-                        "or $LAMBDALAKE_VIEW_TRIGGERS)")
+                        help="a view's own micro-batch interval when running continuously (default: --trigger-interval, or 30 s "
+                        "if longer for the views that need not be fresh to the second; or $LAMBDALAKE_VIEW_TRIGGERS)")
     stream.add_argument("--bronze-trigger", metavar="DURATION",
-                        help="Bronze's own micro-batch interval when running continuously (default: --trigger-interval; "
-                        "or $LAMBDALAKE_BRONZE_TRIGGER_INTERVAL); no view waits for Bronze")
+                        help="Bronze's own micro-batch interval when running continuously (default: 10 s, or --trigger-interval "
+                        "if longer; or $LAMBDALAKE_BRONZE_TRIGGER_INTERVAL); no view waits for Bronze")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(

@@ -92,10 +92,11 @@ class Settings(BaseSettings):
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
     max_offsets_per_trigger: int = Field(default=200_000, ge=1)
     trigger_interval: timedelta = Field(default=timedelta(seconds=5))
-    # Comma-separated VIEW=DURATION: a speed view's own micro-batch interval (else the above).
+    # Comma-separated VIEW=DURATION: a speed view's own micro-batch interval (else the above, or
+    # its spec's refresh if longer: 30 s for the views that need not be fresh to the second).
     view_triggers: str = Field(default="", description="e.g. 'user_sessions=30s,traffic_by_page_10m=1m'")
-    # Bronze's own micro-batch interval (else the above): no speed view waits for Bronze, so a
-    # longer one leaves the cores to ingest and the views.
+    # Bronze's own micro-batch interval (else 10 s, or the above if longer): no speed view waits
+    # for Bronze, so a longer one leaves the cores to ingest and the views.
     bronze_trigger_interval: timedelta | None = None
     kafka_bootstrap_servers: str = "localhost:9092"
     kafka_partitions: int = Field(default=3, ge=1, description="partitions of a topic the generator creates")

@@ -142,6 +142,10 @@ class ViewSpec:
     # (e.g. ``window_end``, ``date``). For aggregates that grow with the window (lists of what was
     # counted): neither Spark's state nor the stored row is rewritten each micro-batch.
     combine: Mapping[str, str] = field(default_factory=dict)
+    # How often the continuous stream updates the speed view, when less often than its trigger
+    # interval will do (None: every trigger). Each micro-batch has a fixed cost on cores all
+    # queries share, so a view that need not be fresh to the second leaves them to those that must.
+    refresh: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.combine and len(self.inputs) != 1:

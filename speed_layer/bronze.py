@@ -9,7 +9,7 @@ nothing twice.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 QUERY = "speed_bronze"
+# Bronze's micro-batch interval in the continuous stream unless configured (or the trigger
+# interval, if longer): no speed view waits for Bronze, and its micro-batch costs about the same
+# whatever its size, so a longer one leaves the cores to ingest and the views.
+DEFAULT_TRIGGER = timedelta(seconds=10)
 
 
 def with_event_date(raw: dict[str, DataFrame]) -> DataFrame:

@@ -56,8 +56,8 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
 
 def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """The queries with a micro-batch interval of their own when running continuously."""
-    bronze_interval = {bronze.QUERY: settings.bronze_trigger_interval} if settings.bronze_trigger_interval else {}
-    return {**bronze_interval, **trigger_intervals(settings)}
+    bronze_interval = settings.bronze_trigger_interval or max(settings.trigger_interval, bronze.DEFAULT_TRIGGER)
+    return {bronze.QUERY: bronze_interval, **trigger_intervals(settings)}
 
 
 def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,

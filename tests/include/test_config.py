@@ -83,5 +83,22 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     intervals = speed_trigger_intervals(chosen)
     assert intervals["user_sessions"] == timedelta(seconds=30) and intervals["traffic_by_page_10m"] == timedelta(minutes=1)
     assert intervals["order_payments"] == timedelta(seconds=2)
+    # Given explicitly, an interval may also be shorter than the view's refresh.
+    assert speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "user_sessions=1s"}))["user_sessions"] == timedelta(seconds=1)
     with pytest.raises(ConfigError, match="LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'"):
         speed_trigger_intervals(settings.model_copy(update={"view_triggers": "sessions=5s"}))
+
+
+def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings):
+    from include.views import DASHBOARD_REFRESH, VIEWS, speed_trigger_intervals
+
+    fast = settings.model_copy(update={"trigger_interval": timedelta(seconds=1)})
+    intervals = speed_trigger_intervals(fast)
+    assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
+        "revenue_by_category_5m", "order_payments", "alerts"}
+    assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {
+        view.name for view in VIEWS if view.refresh} == {
+        "traffic_by_page_10m", "device_health_5m", "user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
+    # A trigger interval longer than a view's refresh holds for it too.
+    slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})
+    assert set(speed_trigger_intervals(slow).values()) == {timedelta(minutes=2)}

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from unittest.mock import ANY
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from include.views import VIEWS_BY_NAME
 from speed_layer import gold
 from include.heartbeat import read_heartbeat
 from include.accounting import ingest_totals
-from speed_layer.runner import run_stream
+from speed_layer.runner import query_trigger_intervals, run_stream
 from speed_layer.sources import kafka_unavailable_reason
 
 
@@ -75,6 +75,15 @@ def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, ca
     assert not settings.checkpoints_dir.exists()
     assert main(["stream", "--home", str(settings.home), "--view-triggers", "sessions=5s"]) == 2
     assert "LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'" in capsys.readouterr().err
+
+
+def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(settings):
+    def bronze_interval(**update):
+        return query_trigger_intervals(settings.model_copy(update=update))["speed_bronze"]
+
+    assert bronze_interval(trigger_interval=timedelta(seconds=1)) == timedelta(seconds=10)
+    assert bronze_interval(trigger_interval=timedelta(minutes=1)) == timedelta(minutes=1)
+    assert bronze_interval(trigger_interval=timedelta(seconds=1), bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
@@ -253,6 +262,7 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
     triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in spark.streams.active}
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
+    assert triggers["speed_traffic_by_page_10m"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
     assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
     stop.set()
