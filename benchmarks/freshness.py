@@ -279,9 +279,7 @@ def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bro
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
                              bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
-    intervals = query_trigger_intervals(settings)
-    return {"speed_ingest": settings.trigger_interval.total_seconds(),
-            **{query: interval.total_seconds() for query, interval in intervals.items()}}
+    return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
 def state_series(settings, started_at: datetime) -> dict[str, list[tuple[float, int]]]:

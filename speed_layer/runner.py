@@ -55,9 +55,9 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
 
 
 def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
-    """The queries with a micro-batch interval of their own when running continuously."""
+    """Each query's micro-batch interval when running continuously."""
     bronze_interval = settings.bronze_trigger_interval or max(settings.trigger_interval, bronze.DEFAULT_TRIGGER)
-    return {bronze.QUERY: bronze_interval, **trigger_intervals(settings)}
+    return {bronze.QUERY: bronze_interval, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
 
 
 def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
@@ -67,7 +67,7 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        interval = query_trigger_intervals(settings).get(name, settings.trigger_interval)
+        interval = query_trigger_intervals(settings)[name]
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
     return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
 

@@ -84,6 +84,8 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     assert bronze_interval(trigger_interval=timedelta(seconds=1)) == timedelta(seconds=10)
     assert bronze_interval(trigger_interval=timedelta(minutes=1)) == timedelta(minutes=1)
     assert bronze_interval(trigger_interval=timedelta(seconds=1), bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
+    # Every query the runner starts has its interval here.
+    assert set(query_trigger_intervals(settings)) == {"speed_bronze", "speed_ingest", *(gold.query_name(v) for v in VIEWS_BY_NAME.values())}
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
