@@ -1,7 +1,7 @@
 """The speed side's stateful processors alone: does a micro-batch's time stay flat as their state fills?
 
     .venv/bin/python benchmarks/stateful_processors.py [--devices 500] [--users 3000]
-        [--clicks-per-second 700] [--orders-per-second 500] [--seconds-per-batch 10] [--batches 90]
+        [--clicks-per-second 700] [--seconds-per-batch 10] [--batches 90]
 
 ``alerts`` (``AlertDetector``: each device's readings of the last 15 minutes, each user's open
 5-minute order windows) and ``user_sessions`` (``OpenSessions``: each user's open sessions) run as
@@ -9,13 +9,9 @@ the speed layer runs them (their view definitions on watermarked streams, ``tran
 on Spark's executors), each on its own stream of Parquet files like ingest's feeds: one file per
 micro-batch, ``--seconds-per-batch`` seconds of event time each. Sensors: one reading per device
 a second, so after 15 minutes of event time (90 micro-batches of 10 s) a device's look-back is
-full. Clicks: ``--clicks-per-second`` from ``--users`` users. ``order_payments``
-(``OrderPayments``: each order until it is paid and the watermark has passed its payment, or its
-hour-long window has closed) on ``--orders-per-second`` orders, 90% paid 1-60 s later, side by
-side with the Spark stream-stream outer join it replaced (the same rows: every match, and every
-order as ``pending``). A micro-batch's time is its ``foreachBatch`` count (the operators run
-there); first and last fifth of the micro-batches are compared, and the state rows at the end.
-Writes ``benchmarks/results/stateful_processors.md``.
+full. Clicks: ``--clicks-per-second`` from ``--users`` users. A micro-batch's time is its
+``foreachBatch`` count (the processors run there); first and last fifth of the micro-batches are
+compared. Writes ``benchmarks/results/stateful_processors.md``.
 """
 
 from __future__ import annotations
@@ -41,63 +37,27 @@ START = datetime(2026, 11, 20, tzinfo=timezone.utc)
 def write_inputs(folder: Path, args: argparse.Namespace) -> dict[str, Path]:
     """Per topic a folder of one Parquet file per micro-batch."""
     rnd = random.Random(1)
-    paths = {topic: folder / topic for topic in ("sensors", "orders", "clicks", "shop_orders", "payments")}
+    paths = {topic: folder / topic for topic in ("sensors", "orders", "clicks")}
     for path in paths.values():
         path.mkdir(parents=True)
-    due: dict[int, list] = {}  # payments by the micro-batch of their time
     for number in range(args.batches):
         seconds = [START + timedelta(seconds=number * args.seconds_per_batch + s) for s in range(args.seconds_per_batch)]
         sensors = [(f"D{d:05d}", round(rnd.gauss(40, 3), 2), at) for at in seconds for d in range(args.devices)]
         clicks = [(f"U{rnd.randrange(args.users):06d}", f"/p{rnd.randrange(50)}", rnd.choice(("view", "view", "add_to_cart")), at)
                   for at in seconds for _ in range(args.clicks_per_second)]
         orders = [(f"U{rnd.randrange(args.users):06d}", at) for at in seconds for _ in range(5)]
-        shop_orders = [(f"o{number}-{s}-{n}", f"U{rnd.randrange(args.users):06d}", "books", 10.0, at)
-                       for s, at in enumerate(seconds) for n in range(args.orders_per_second)]
-        for order in shop_orders:
-            if rnd.random() < 0.9:
-                paid_at = order[4] + timedelta(seconds=rnd.uniform(1, 60))
-                batch = int((paid_at - START).total_seconds()) // args.seconds_per_batch
-                due.setdefault(batch, []).append((f"p{order[0][1:]}", order[0], 10.0, paid_at))
-        payments = due.pop(number, [])
         for topic, rows, names in (("sensors", sensors, ("device_id", "temperature", "event_time")),
                                    ("clicks", clicks, ("user_id", "page_url", "action", "event_time")),
-                                   ("orders", orders, ("user_id", "event_time")),
-                                   ("shop_orders", shop_orders, ("order_id", "user_id", "category", "amount", "event_time")),
-                                   ("payments", payments, ("payment_id", "order_id", "amount", "event_time"))):
+                                   ("orders", orders, ("user_id", "event_time"))):
             pq.write_table(pa.table(dict(zip(names, map(list, zip(*rows))))), paths[topic] / f"{number:06d}.parquet")
     return paths
 
 
-def stream_stream_join(inputs: dict, settings):  # noqa: ANN001, ANN201 - DataFrames, Settings
-    """The speed side of ``order_payments`` before ``OrderPayments``: Spark's outer join of the two
-    watermarked streams on the order and the window, plus every order as ``pending``."""
-    from pyspark.sql import functions as F
-
-    from include.config import spark_interval
-
-    orders, payments = inputs["orders"], inputs["payments"]
-    order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
-    payment = payments.select("payment_id", F.col("order_id").alias("paid_order_id"), F.col("amount").alias("paid_amount"),
-                              F.col("event_time").alias("pay_time"))
-    window_end = F.col("order_time") + F.expr(f"INTERVAL {spark_interval(settings.join_window)}")
-    matches = ((F.col("order_id") == F.col("paid_order_id")) & (F.col("pay_time") >= F.col("order_time"))
-               & (F.col("pay_time") <= window_end))
-    columns = ["order_id", "user_id", "category", "amount", "order_time", "payment_id", "paid_amount", "pay_time"]
-    joined = order.join(payment, matches, "leftOuter").select(
-        *columns, F.when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"))
-    pending = order.select(*columns[:5], *[F.lit(None).alias(c) for c in columns[5:]], F.lit("pending").alias("status"))
-    return joined.unionByName(pending)
-
-
-def timed_batches(settings, view: str, inputs: dict, checkpoint: Path) -> tuple[list[float], int]:  # noqa: ANN001 - Settings
-    """Seconds per micro-batch, and the state rows at the end."""
+def timed_batches(settings, view: str, inputs: dict, checkpoint: Path) -> list[float]:  # noqa: ANN001 - Settings
     from include.registry import ViewContext
     from include.views import VIEWS_BY_NAME
 
-    if view == "stream-stream join":
-        rows = stream_stream_join(inputs, settings)
-    else:
-        rows = VIEWS_BY_NAME[view].define(inputs, ViewContext(settings, exact=False))
+    rows = VIEWS_BY_NAME[view].define(inputs, ViewContext(settings, exact=False))
     seconds: list[float] = []
 
     def count(batch, batch_id: int) -> None:  # noqa: ANN001 - DataFrame
@@ -105,11 +65,9 @@ def timed_batches(settings, view: str, inputs: dict, checkpoint: Path) -> tuple[
         batch.count()
         seconds.append(time.perf_counter() - started)
 
-    mode = "append" if view in ("order_payments", "stream-stream join") else "update"
-    query = (rows.writeStream.outputMode(mode).foreachBatch(count).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
-    return seconds, sum(operator["numRowsTotal"] for operator in query.lastProgress["stateOperators"])
+    (rows.writeStream.outputMode("update").foreachBatch(count).option("checkpointLocation", str(checkpoint))
+     .trigger(availableNow=True).start().awaitTermination())
+    return seconds
 
 
 def main() -> int:
@@ -117,7 +75,6 @@ def main() -> int:
     parser.add_argument("--devices", type=int, default=500)
     parser.add_argument("--users", type=int, default=3000)
     parser.add_argument("--clicks-per-second", type=int, default=700)
-    parser.add_argument("--orders-per-second", type=int, default=500)
     parser.add_argument("--seconds-per-batch", type=int, default=10)
     parser.add_argument("--batches", type=int, default=90)
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "stateful_processors.md")
@@ -133,8 +90,6 @@ def main() -> int:
         paths = write_inputs(Path(scratch) / "feeds", args)
         schemas = {"sensors": "device_id string, temperature double, event_time timestamp",
                    "orders": "user_id string, event_time timestamp",
-                   "shop_orders": "order_id string, user_id string, category string, amount double, event_time timestamp",
-                   "payments": "payment_id string, order_id string, amount double, event_time timestamp",
                    "clicks": "user_id string, page_url string, action string, event_time timestamp"}
         streams = {topic: spark.readStream.schema(schemas[topic]).option("maxFilesPerTrigger", 1).parquet(str(path))
                    .withWatermark("event_time", "2 minutes") for topic, path in paths.items()}
@@ -144,9 +99,6 @@ def main() -> int:
             "user_sessions": timed_batches(settings, "user_sessions", {"clicks": streams["clicks"]},
                                            Path(scratch) / "checkpoints" / "user_sessions"),
         }
-        shop = {"orders": streams["shop_orders"], "payments": streams["payments"]}
-        for view in ("order_payments", "stream-stream join"):
-            runs[view] = timed_batches(settings, view, shop, Path(scratch) / "checkpoints" / view)
 
     span = args.batches * args.seconds_per_batch
     report = [
@@ -155,18 +107,15 @@ def main() -> int:
         f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.", "",
         f"{args.batches} micro-batches of {args.seconds_per_batch} s of event time ({span // 60} min in all): "
         f"{args.devices:,} devices reading once a second and 5 orders a second for `alerts`; "
-        f"{args.clicks_per_second:,} clicks a second from {args.users:,} users for `user_sessions`; "
-        f"{args.orders_per_second:,} orders a second, 90% paid 1-60 s later, for `order_payments` and the stream-stream "
-        "join it replaced. Seconds per micro-batch, in the first and the last fifth of the run (flat: the state's size "
-        "does not slow it), and the state rows after the last micro-batch.", "",
-        "| view | micro-batches | first fifth s per batch | last fifth s per batch | last / first | total s | state rows at the end |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        f"{args.clicks_per_second:,} clicks a second from {args.users:,} users for `user_sessions`. "
+        "Seconds per micro-batch, in the first and the last fifth of the run (flat: the state's size does not slow it).", "",
+        "| view | micro-batches | first fifth s per batch | last fifth s per batch | last / first | total s |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for view, (seconds, state_rows) in runs.items():
+    for view, seconds in runs.items():
         fifth = max(1, len(seconds) // 5)
         first, last = sum(seconds[:fifth]) / fifth, sum(seconds[-fifth:]) / fifth
-        name = view if " " in view else f"`{view}`"
-        report.append(f"| {name} | {len(seconds)} | {first:.2f} | {last:.2f} | {last / first:.2f} | {sum(seconds):.1f} | {state_rows:,} |")
+        report.append(f"| `{view}` | {len(seconds)} | {first:.2f} | {last:.2f} | {last / first:.2f} | {sum(seconds):.1f} |")
     text = "\n".join(report) + "\n"
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text, encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Stateful processors (Spark 4's ``transformWithState``) for the speed side of three views.
+"""Stateful processors (Spark 4's ``transformWithState``) for the speed side of two views.
 
 Why not Spark's built-in operators:
 
@@ -12,13 +12,8 @@ Why not Spark's built-in operators:
   holds (a window's sixth order), once. :class:`AlertDetector` keeps each device's recent readings
   and each user's open 5-minute order counts, raises each alert once, and frees state with
   event-time timers once the watermark has passed it.
-- ``order_payments``: a stream-stream outer join keeps every order and payment of the join
-  window (an hour plus the watermark delay) in two state stores per side and, each micro-batch,
-  scans all of them for what the watermark has passed: at 10k events/s its micro-batch grew from
-  3 to 6 s as an hour of orders filled the state. :class:`OrderPayments` keeps one value per
-  order (its first payment so far) and one timer, which fires when the window has closed.
 
-All receive event times as microseconds since the epoch (no time-zone conversion in Python) and
+Both receive event times as microseconds since the epoch (no time-zone conversion in Python) and
 run on the executors, one call per key and micro-batch. Every call to a key's state is a round
 trip to the JVM, so each key keeps one value (a device's up to 900 recent readings packed into
 bytes, not a list state of 900 rows to read and rewrite each second) and one timer, registered
@@ -274,127 +269,4 @@ class AlertDetector(StatefulProcessor):
         pass
 
 
-# ---- order payments --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Payment:
-    payment_id: str | None
-    amount: float | None
-    pay_us: int
-
-    def rank(self) -> tuple:
-        """The first payment counts; of two at the same instant the lower id (as :func:`include.views.order_precedence`)."""
-        return self.pay_us, self.payment_id is None, self.payment_id or ""
-
-
-def first_payment(order_us: int, window_us: int, payments: Iterable[Payment]) -> Payment | None:
-    """The first of ``payments`` whose time lies in ``[order_us, order_us + window_us]``."""
-    inside = [p for p in payments if order_us <= p.pay_us <= order_us + window_us]
-    return min(inside, key=Payment.rank, default=None)
-
-
-def ms_at_or_after(us: int) -> int:
-    return -(-us // 1000)
-
-
-PAYMENT_STRUCT = "struct<payment_id: string, amount: double, pay_us: long>"
-# The order (null fields until it has arrived), its first payment so far, payments that came
-# before their order, and the time of the key's one timer.
-ORDER_STATE = (f"user_id string, category string, amount double, order_us long, paid {PAYMENT_STRUCT}, "
-               f"waiting array<{PAYMENT_STRUCT}>, timer_ms long")
-ORDER_PAYMENT_OUTPUT = ("order_id string, user_id string, category string, amount double, order_us long, "
-                        "payment_id string, paid_amount double, pay_us long, status string")
-
-
-class OrderPayments(StatefulProcessor):
-    """Per order (key ``order_id``; rows ``is_payment, event_us, user_id, category, amount,
-    payment_id``): the order's row as soon as it arrives (``pending``, or ``paid``), again
-    whenever an earlier payment inside its window arrives, and ``unpaid`` when the watermark
-    passes the window's end without one. A paid order's state goes once the watermark passes its
-    payment (only an earlier payment could replace it): most orders leave state minutes after
-    they are paid, not an hour. A payment that comes before its order waits in state until the
-    watermark passes its time (an order after it would be late).
-
-    The rows are those the batch's join ranks by :func:`include.views.order_precedence`, emitted
-    only when the order's best row changes. One timer per key, as in :class:`AlertDetector`."""
-
-    def __init__(self, window_us: int) -> None:
-        self.window_us = window_us
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.state = handle.getValueState("order", ORDER_STATE)
-
-    def _stored(self) -> tuple[tuple | None, Payment | None, list[Payment], int | None]:
-        """The order's fields (or None), its first payment so far, waiting payments, its timer."""
-        stored = self.state.get()
-        if not stored:
-            return None, None, [], None
-        order = tuple(stored[:4]) if stored[3] is not None else None
-        return order, Payment(*stored[4]) if stored[4] else None, [Payment(*p) for p in stored[5] or []], stored[6]
-
-    def handleInputRows(self, key: tuple, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        order, paid, waiting, timer_ms = self._stored()
-        arrived, payments = None, []
-        for row in rows:
-            if row.is_payment:
-                payments.append(Payment(row.payment_id, row.amount, row.event_us))
-            elif arrived is None:
-                arrived = row
-        out = []
-        if order is None and arrived is not None:  # once known, an order's fields do not change
-            order = (arrived.user_id, arrived.category, arrived.amount, arrived.event_us)
-            payments, waiting = waiting + payments, []
-            paid = first_payment(order[3], self.window_us, payments)
-            out.append(self._row(key[0], order, paid, "paid" if paid else "pending"))
-        elif order is None:
-            waiting += payments
-        else:
-            first = first_payment(order[3], self.window_us, [*payments, *([paid] if paid else [])])
-            if first != paid:
-                paid = first
-                out.append(self._row(key[0], order, paid, "paid"))
-        self._keep(order, paid, waiting, timer_ms)
-        return iter(out)
-
-    def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        order, paid, waiting, timer_ms = self._stored()
-        if timer_ms is None:
-            return iter([])
-        if ms_at_or_after(self._due_us(order, paid, waiting)) > timerValues.getCurrentWatermarkInMs():
-            self._keep(order, paid, waiting, None)  # its order came after the timer was set: a later one
-            return iter([])
-        self.state.clear()
-        return iter([self._row(key[0], order, None, "unpaid")] if order is not None and paid is None else [])
-
-    def _due_us(self, order: tuple | None, paid: Payment | None, waiting: list[Payment]) -> int:
-        """When no on-time event can change the key any more: once the watermark has passed its
-        first payment (only an earlier one could replace it), else its window's end; for
-        payments without their order, the last payment's time (the order comes before it)."""
-        if order is None:
-            return max(p.pay_us for p in waiting)
-        return paid.pay_us if paid is not None else order[3] + self.window_us
-
-    def _keep(self, order: tuple | None, paid: Payment | None, waiting: list[Payment], timer_ms: int | None) -> None:
-        """Store the key's state with its one timer: ``timer_ms`` (the one registered), unless
-        the key is due earlier now (it was paid), or a new one."""
-        due_ms = ms_at_or_after(self._due_us(order, paid, waiting))
-        if timer_ms is None or due_ms < timer_ms:
-            if timer_ms is not None:
-                self.handle.deleteTimer(timer_ms)
-            timer_ms = due_ms
-            self.handle.registerTimer(timer_ms)
-        fields = order if order is not None else (None, None, None, None)
-        self.state.update((*fields, None if paid is None else tuple(vars(paid).values()),
-                           [tuple(vars(p).values()) for p in waiting], timer_ms))
-
-    @staticmethod
-    def _row(order_id: str, order: tuple, paid: Payment | None, status: str) -> Row:
-        return Row(order_id=order_id, user_id=order[0], category=order[1], amount=order[2], order_us=order[3],
-                   payment_id=paid and paid.payment_id, paid_amount=paid and paid.amount, pay_us=paid and paid.pay_us,
-                   status=status)
-
-    def close(self) -> None:
-        pass
-
-
-__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "OrderPayments", "Payment", "first_payment", "Session", "keep_with_timer", "merge_sessions", "pack", "unpack", "z_score"]
+__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "keep_with_timer", "merge_sessions", "pack", "unpack", "z_score"]

@@ -121,6 +121,18 @@ def order_precedence(row: str) -> list[str]:
     return [status_rank, f"{row}pay_time", f"{row}payment_id"]
 
 
+def pending_orders(orders: DataFrame) -> DataFrame:
+    """Orders whose join window is still open, as order_payments rows (speed layer only)."""
+    from pyspark.sql import functions as F
+
+    return orders.select(
+        "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
+        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
+        F.lit(None).cast("timestamp").alias("pay_time"), F.lit("pending").alias("status"),
+        F.to_date("event_time").alias("date"),
+    )
+
+
 def best_order_status(rows: DataFrame) -> DataFrame:
     """One row per order, by :func:`order_precedence`."""
     return best_per_key(rows, ["order_id"], order_precedence)
@@ -128,15 +140,11 @@ def best_order_status(rows: DataFrame) -> DataFrame:
 
 def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Each order with the first payment whose time lies in ``[order_time, order_time + join
-    window]``; ``unpaid`` when there is none. The batch joins a day's orders to their payments;
-    the stream keeps each order in :class:`include.processors.OrderPayments`, which emits it as
-    ``pending`` while its window is open and again whenever its best row changes; the stored
-    row follows :func:`order_precedence`."""
+    window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
+    ``pending`` (its window is open); the stored row then follows :func:`order_precedence`."""
     from pyspark.sql import functions as F
 
     orders, payments = inputs["orders"], inputs["payments"]
-    if not context.exact:
-        return speed_order_payments(orders, payments, context)
     order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
     payment = payments.select(
         "payment_id",
@@ -156,29 +164,9 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> Dat
         F.when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
         F.to_date("order_time").alias("date"),
     )
-    return best_order_status(joined)
-
-
-def speed_order_payments(orders: DataFrame, payments: DataFrame, context: ViewContext) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    from include.processors import ORDER_PAYMENT_OUTPUT, OrderPayments
-
-    nothing = F.lit(None)
-    events = orders.select(
-        "order_id", F.lit(False).alias("is_payment"), F.unix_micros("event_time").alias("event_us"),
-        "user_id", "category", "amount", nothing.cast("string").alias("payment_id"),
-    ).unionByName(payments.select(
-        "order_id", F.lit(True).alias("is_payment"), F.unix_micros("event_time").alias("event_us"),
-        nothing.cast("string").alias("user_id"), nothing.cast("string").alias("category"), "amount", "payment_id",
-    ))
-    window_us = int(context.settings.join_window / timedelta(microseconds=1))
-    rows = events.groupBy("order_id").transformWithState(OrderPayments(window_us), ORDER_PAYMENT_OUTPUT, "Append", "EventTime")
-    return rows.select(
-        "order_id", "user_id", "category", "amount", F.timestamp_micros("order_us").alias("order_time"),
-        "payment_id", "paid_amount", F.timestamp_micros("pay_us").alias("pay_time"), "status",
-        F.to_date(F.timestamp_micros("order_us")).alias("date"),
-    )
+    if context.exact:
+        return best_order_status(joined)
+    return joined.unionByName(pending_orders(orders))
 
 
 def late_paid_orders(speed: DataFrame, batch: DataFrame) -> DataFrame:

@@ -10,7 +10,7 @@ import statistics
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from include.processors import MINUTE_US, AlertRules, Payment, Session, first_payment, merge_sessions, unpack, z_score
+from include.processors import MINUTE_US, AlertRules, Session, merge_sessions, unpack, z_score
 from include.registry import ViewContext, input_topics
 from include.views import (
     VIEWS,
@@ -83,71 +83,16 @@ def test_first_payment_inside_the_join_window(spark, exact):
     assertDataFrameEqual(order_payments({"orders": orders, "payments": payments}, exact), expected)
 
 
-def test_the_first_payment_rule_of_the_stream_with_its_boundaries():
-    hour_us = 60 * MINUTE_US
-    order_us = 1_000 * hour_us
-
-    def first(*payments):
-        chosen = first_payment(order_us, hour_us, [Payment(p, 1.0, at) for p, at in payments])
-        return chosen and chosen.payment_id
-
-    assert first(("p1", order_us + hour_us)) == "p1"  # exactly at order time + 1 h: inside
-    assert first(("p1", order_us + hour_us + 1), ("p2", order_us - 1)) is None  # a µs after, or before the order
-    assert first(("p5", order_us), ("p4", order_us), (None, order_us)) == "p4"  # same instant: lower id, a null id last
-    assert first(("p9", order_us + 5), ("p8", order_us + 9)) == "p9"  # the earlier, whatever its id
-
-
-def test_the_speed_side_of_order_payments_pairs_waits_replaces_and_closes(spark, settings):
-    """Three micro-batches through :class:`OrderPayments` and the speed merge (real Delta
-    tables): orders show as pending, then paid; a payment that came before its order waits for
-    it; an earlier payment replaces a later one; when the watermark passes a window's end the
-    order is unpaid; and state is left only for what an on-time event could still change."""
-    from include.lakehouse import open_store
-    from speed_layer.gold import MergeBatch
-
-    store = open_store(settings, spark, engine="delta-rs")
-    view = VIEWS_BY_NAME["order_payments"]
-    folders = {name: settings.home / "input" / name for name in view.inputs}
-    schemas = {"orders": ORDERS, "payments": PAYMENTS}
-    store.ensure_table(view.speed_table, view.schema, ["date"])
-    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")  # the watermark's batch fires the timers
-
-    def run(batch: int, orders: list, payments: list) -> dict:
-        for name, rows in (("orders", orders), ("payments", payments)):
-            spark.createDataFrame(rows, schemas[name]).write.parquet(str(folders[name] / f"b{batch}"))
-        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes")
-                  for name, folder in folders.items()}
-        rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-        (rows.writeStream.outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
-         .option("checkpointLocation", str(settings.checkpoints_dir / view.name)).trigger(availableNow=True).start()
-         .awaitTermination())
-        return {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
-
-    def state(**options: str) -> list:
-        return spark.read.format("statestore").options(**options).load(str(settings.checkpoints_dir / view.name)).collect()
-
-    def state_keys() -> list[str]:
-        return sorted(r["key"]["order_id"] for r in state(stateVarName="order"))
-
-    def order(order_id, at):
-        return (order_id, "u1", "books", 10.0, at)
-
-    assert run(0, [order("o1", t(10, 0)), order("o3", t(10, 0)), order("o4", t(10, 0)), order("o6", t(10, 2))],
-               [("p0", "o2", 10.0, t(10, 4)),  # before its order
-                ("p3a", "o3", 10.0, t(10, 6)), ("p6", "o6", 10.0, t(10, 1))]) == {  # p6: before the order's time
-        "o1": ("pending", None), "o3": ("paid", "p3a"), "o4": ("pending", None), "o6": ("pending", None)}
-    assert state_keys() == ["o1", "o2", "o3", "o4", "o6"]
-    assert run(1, [order("o2", t(10, 3))],
-               [("p1", "o1", 10.0, t(10, 7)), ("p3b", "o3", 10.0, t(10, 5)),  # earlier than p3a
-                ("p8", "o8", 10.0, t(10, 5))]) == {  # an order that never comes
-        "o1": ("paid", "p1"), "o2": ("paid", "p0"), "o3": ("paid", "p3b"), "o4": ("pending", None), "o6": ("pending", None)}
-    # Both topics at 11:30 move the watermark to 11:20: past o4's and o6's windows and every payment.
-    assert run(2, [order("o9", t(11, 30))], [("p9", "o9", 10.0, t(11, 30))]) == {
-        "o1": ("paid", "p1"), "o2": ("paid", "p0"), "o3": ("paid", "p3b"), "o4": ("unpaid", None), "o6": ("unpaid", None),
-        "o9": ("paid", "p9")}
-    assert state_keys() == ["o9"]  # until the watermark passes its payment
-    paid_at = int(t(11, 30).replace(tzinfo=timezone.utc).timestamp() * 1000)
-    assert [(r["key"]["order_id"], r["expiration_timestamp_ms"]) for r in state(readRegisteredTimers="true")] == [("o9", paid_at)]
+def test_speed_rows_include_pending_and_the_best_status_wins(spark, settings):
+    orders = spark.createDataFrame([("o1", "u1", "books", 10.0, t(10, 0))], ORDERS)
+    payments = spark.createDataFrame([("p1", "o1", 10.0, t(10, 10))], PAYMENTS)
+    speed = order_payments({"orders": orders, "payments": payments}, ViewContext(settings, exact=False))
+    assert sorted(r["status"] for r in speed.collect()) == ["paid", "pending"]
+    assert [(r["order_id"], r["status"], r["payment_id"]) for r in best_order_status(speed).collect()] == [("o1", "paid", "p1")]
+    unpaid_and_pending = speed.where("status = 'pending'").unionByName(
+        speed.where("status = 'pending'").selectExpr(*[c if c != "status" else "'unpaid' AS status" for c in speed.columns])
+    )
+    assert [r["status"] for r in best_order_status(unpaid_and_pending).collect()] == ["unpaid"]
 
 
 def test_first_copies_keep_the_first_arrival_in_batch(spark):
