@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     spark_ui: bool = False
     spark_driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
+    # All streaming state's memory on one executor (RocksDB's block cache and write buffers, shared
+    # by every stateful query; the rest stays on disk), so it does not grow with the state.
+    state_memory_mb: int = Field(default=512, ge=64)
     # Comma-separated local jar paths / Maven coordinates; how a cluster puts Delta on the classpath.
     spark_jars: str = ""
     spark_jars_packages: str = ""
