@@ -101,11 +101,12 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         .config("spark.hadoop.mapreduce.fileoutputcommitter.algorithm.version", "2")
         # Streaming state commits write a small changelog instead of a full RocksDB snapshot.
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        # Every RocksDB instance (one per stateful operator and partition: ~40 in the stream) shares
-        # one bounded cache and write-buffer budget, instead of up to 128 MB of memtables each.
+        # Every RocksDB instance (one per stateful operator and partition, a few dozen in the
+        # stream) shares one bounded cache and write-buffer budget, instead of up to 128 MB of
+        # memtables each.
         .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
         .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb))
-        # A stream-stream join keeps one state store per partition, not four (a checkpoint records
+        # A stream-stream join keeps one RocksDB store per partition, not four (a checkpoint records
         # the format it started with, so an older one keeps its own).
         .config("spark.sql.streaming.join.stateFormatVersion", "3")
         # Keep Spark's own metadata files out of the working directory.

@@ -15,14 +15,16 @@ from include.heartbeat import read_heartbeat
 
 
 def stream_health(settings: Settings) -> dict[str, Any]:
-    """The stream process as its heartbeat tells it: state, pid alive, heartbeat age."""
+    """The stream process as its heartbeat tells it: state, pid alive, heartbeat age, and how
+    often it refreshes each view (empty unless it runs continuously)."""
     beat = read_heartbeat(settings.run_dir)
     if beat is None:
-        return {"stream_state": "never started", "heartbeat_at": None}
+        return {"stream_state": "never started", "heartbeat_at": None, "refresh": {}}
     state = beat["state"]
     if state != "stopped" and not process_alive(beat["pid"]):
         state = "dead"
-    return {"stream_state": state, "heartbeat_at": datetime.fromisoformat(beat["heartbeat_at"])}
+    refresh = beat.get("view_refresh_seconds", {}) if state in ("starting", "running") else {}
+    return {"stream_state": state, "heartbeat_at": datetime.fromisoformat(beat["heartbeat_at"]), "refresh": refresh}
 
 
 def latest(engine: ServingEngine, view: str, columns: list[str]) -> dict[str, Any]:
@@ -40,6 +42,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
     stale = stale_days(store, settings)
     processed = engine.rows("SELECT max(processed_at) AS at FROM ingest_batches")[0]["at"]
     health = stream_health(settings)
+    refresh = health.pop("refresh")
     supervisor = latest(engine, "supervisor_events", ["at", "decision", "reason"])
     alert = latest(engine, "ops_alerts", ["at", "message"])
     ops = {
@@ -55,6 +58,8 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
                 "batch_covered_days": ", ".join(day.isoformat() for day in covered),
                 "stale_days": ", ".join(day.isoformat() for day in stale),
                 "speed_max_event_time": freshest,
+                # Seconds between the running stream's micro-batches of the view (None: not refreshed now).
+                "speed_refresh_seconds": refresh.get(view.name),
                 "speed_processed_at": processed,
                 "speed_version": engine.version(speed_relation(view)),
                 "batch_version": engine.version(batch_relation(view)),
@@ -74,6 +79,15 @@ def _ago(moment: datetime | None, now: datetime) -> str:
         if seconds >= 2 * size:
             return f"{seconds / size:.0f} {unit} ago"
     return f"{seconds:.0f} s ago"
+
+
+def _interval(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
 
 
 def _utc(moment: datetime) -> str:
@@ -99,6 +113,7 @@ def status_summary(rows: list[dict[str, Any]]) -> str:
         views.append({
             "view": row["view"],
             "newest event (speed)": f"{_utc(newest)} ({_ago(newest, now)})" if newest else "none yet",
+            "refresh": _interval(row["speed_refresh_seconds"]),  # the stream's micro-batch interval
             "batch-covered days": f"{len(covered)} (last {covered[-1]})" if covered else "none",
             "stale days": row["stale_days"] or "none",
         })

@@ -42,6 +42,8 @@ class StreamMetrics(StreamingQueryListener):
         self.queries: dict[str, dict[str, Any]] = {}
         self._names: dict[str, str] = {}
         self._input_rows: dict[str, int] = {}  # per query, since this runner started
+        # Each speed view's micro-batch interval in seconds (continuous runs), for ``status``.
+        self.view_refresh_seconds: dict[str, float] = {}
         store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA)
 
     # ---- listener callbacks (Spark's listener thread) --------------------------------------
@@ -112,6 +114,7 @@ class StreamMetrics(StreamingQueryListener):
                 "started_at": self.started_at.isoformat(),
                 "heartbeat_at": datetime.now(timezone.utc).isoformat(),
                 "queries": dict(self.queries),
+                "view_refresh_seconds": dict(self.view_refresh_seconds),
             }
         self.heartbeat_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.heartbeat_path.with_suffix(".tmp")

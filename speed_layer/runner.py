@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import get_spark
+from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
 from speed_layer.metrics import StreamMetrics
@@ -177,6 +178,7 @@ def run_stream(
                 if not stop.is_set():
                     _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop)
         else:
+            metrics.view_refresh_seconds = {view: interval.total_seconds() for view, interval in speed_trigger_intervals(settings).items()}
             writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             _supervise(queries, metrics, stop)

@@ -26,6 +26,7 @@ from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
 from speed_layer import gold
 from include.heartbeat import read_heartbeat
+from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
 from speed_layer.runner import query_trigger_intervals, run_stream
 from speed_layer.sources import kafka_unavailable_reason
@@ -267,6 +268,12 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert triggers["speed_traffic_by_page_10m"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
     assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
+    shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
+    assert {row["view"]: row["speed_refresh_seconds"] for row in shown if row["view"] in ("user_sessions", "alerts",
+            "traffic_by_page_10m")} == {"user_sessions": 3600, "alerts": 1, "traffic_by_page_10m": 30}
+    summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
+    assert "  1 h  " in summary["user_sessions"] and "  30 s  " in summary["traffic_by_page_10m"]
+    assert "  1 s  " in summary["alerts"] and "refresh" in summary["view"]
     stop.set()
     runner.join(timeout=300)
     assert not runner.is_alive()
@@ -276,6 +283,7 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert store.read(tables.bronze("orders")).count() > 0 and store.read(tables.silver("orders")).count() > 0
     assert store.read(tables.DLQ).count() == 0
     assert read_heartbeat(settings.run_dir)["state"] == "stopped"
+    assert {row["speed_refresh_seconds"] for row in view_status(settings)} == {None}  # nothing refreshes them now
     metrics = store.read(tables.STREAM_METRICS).where("query = 'speed_ingest' AND input_rows > 0")
     assert metrics.count() >= 1
     row = metrics.first()
