@@ -124,6 +124,10 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # Python workers (stateful processors) run this interpreter, not whatever python3 is on
         # PATH; the JVM passes its environment on to them.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        # glibc gives each of the JVM's many threads its own malloc arena, and RocksDB's native
+        # allocations left the memory outside the heap growing (12 minutes at 10k events/s:
+        # +1.27 GB with glibc's default, +0.96 GB with 2 arenas; freshness unchanged).
+        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     if settings.spark_jars_packages:

@@ -99,3 +99,12 @@ def test_a_join_keeps_the_state_format_its_checkpoint_started_with(spark, tmp_pa
     finally:
         spark.conf.set("spark.sql.streaming.join.stateFormatVersion", "3")
     assert run(2, "old") == 2  # restarted under format 3: still its own format, and it runs
+
+
+def test_the_local_jvm_keeps_few_malloc_arenas(spark) -> None:  # noqa: ANN001
+    """The JVM the platform starts inherits MALLOC_ARENA_MAX=2 (RocksDB's native memory)."""
+    from pathlib import Path
+
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_ARENA_MAX=2" in environment
