@@ -178,7 +178,8 @@ def run_stream(
                 if not stop.is_set():
                     _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop)
         else:
-            metrics.view_refresh_seconds = {view: interval.total_seconds() for view, interval in speed_trigger_intervals(settings).items()}
+            intervals = speed_trigger_intervals(settings)
+            metrics.view_refresh_seconds = {view: interval.total_seconds() for view, interval in intervals.items()}
             writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             _supervise(queries, metrics, stop)
