@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -25,6 +26,9 @@ LOCAL_LISTING_THRESHOLD = 1_000_000
 # streaming queries use between two of their micro-batches, so each micro-batch compiled its code
 # again: 3,238 compilations in an --available-now run of all views, 577 with room for all.
 CODEGEN_CACHE_ENTRIES = 2000
+G1_REGIONS = 2048  # the JVM sizes G1's regions to about this many in the heap
+G1_REGION_BOUNDS = (1 << 20, 32 << 20)
+UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def _candidate_jars(settings: Settings) -> list[Path]:
@@ -60,6 +64,23 @@ def resolve_engine(settings: Settings) -> str:
     if settings.lakehouse_engine != "auto":
         return settings.lakehouse_engine
     return "delta-spark" if delta_spark_unavailable_reason(settings) is None else "delta-rs"
+
+
+def memory_page_size(heap: str) -> str:
+    """Spark's memory page (hash maps, sorts, broadcast tables) for a JVM heap like ``4g``: the
+    largest array G1 keeps in an ordinary region, just under half a region.
+
+    Spark sizes pages from the heap alone (64 MB at 4 GB), so each small micro-batch's hash maps
+    and broadcast tables took 64 MB arrays, zeroed on allocation: ~1.5 GB of them were live in the
+    stream's heap. Smaller, but half a region or more, G1 gives each page a region of its own:
+    1 MB pages in a 4 GB heap's 2 MB regions took twice their size, and a 10M-event nightly batch
+    ran out of heap. 8,192 pages per task (Spark's limit) of half a region still cover the heap."""
+    number, unit = re.fullmatch(r"(\d+)([kmgt]?)", heap.strip().lower()).groups()
+    low, high = G1_REGION_BOUNDS
+    region = low
+    while region < high and region * 2 * G1_REGIONS <= int(number) * UNITS[unit]:
+        region *= 2
+    return f"{region // 2 // 1024 - 1}k"
 
 
 def _fast_local_files(builder):  # noqa: ANN001, ANN202 - SparkSession.Builder
@@ -121,6 +142,8 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # queues behind the other queries' tasks (seconds per batch in the live stream);
         # local files are listed in milliseconds on the driver.
         builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", str(LOCAL_LISTING_THRESHOLD))
+        # The driver's heap is the executor's here (on a cluster, Spark sizes pages per executor).
+        builder = builder.config("spark.buffer.pageSize", memory_page_size(settings.spark_driver_memory))
         # Python workers (stateful processors) run this interpreter, not whatever python3 is on
         # PATH; the JVM passes its environment on to them.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from include.spark import CODEGEN_CACHE_ENTRIES, with_batch_values
+from include.spark import CODEGEN_CACHE_ENTRIES, memory_page_size, with_batch_values
 
 
 def _compilations(spark) -> int:  # noqa: ANN001
@@ -16,6 +16,23 @@ def _compilations(spark) -> int:  # noqa: ANN001
 
 def test_the_session_keeps_room_for_a_dozen_queries_compiled_code(spark) -> None:  # noqa: ANN001
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)
+
+
+def test_memory_pages_are_the_largest_arrays_in_an_ordinary_heap_region(spark) -> None:  # noqa: ANN001
+    """Spark's own default would be 32-64 MB pages; half a G1 region or more would take a whole one."""
+    jvm = spark._jvm
+    page = jvm.org.apache.spark.SparkEnv.get().memoryManager().pageSizeBytes()
+    diagnostics = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+    region = int(diagnostics.getVMOption("G1HeapRegionSize").getValue())
+    assert region // 2 - 2048 <= page + 16 <= region // 2, (page, region)  # 16: a long[]'s header
+
+
+def test_memory_pages_grow_with_the_heap_and_cover_it() -> None:
+    sizes = {heap: memory_page_size(heap) for heap in ("512m", "2g", "3g", "4g", "16g", "128g")}
+    assert sizes == {"512m": "511k", "2g": "511k", "3g": "511k", "4g": "1023k", "16g": "4095k", "128g": "16383k"}
+    for heap, page in sizes.items():  # Spark's 8,192 pages per task cover what a task may take
+        assert 8192 * int(page[:-1]) * 1024 >= 0.6 * int(heap[:-1]) * {"m": 1 << 20, "g": 1 << 30}[heap[-1]]
 
 
 def test_batch_values_join_per_key_and_leave_unknown_keys_null(spark) -> None:  # noqa: ANN001
