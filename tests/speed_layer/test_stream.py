@@ -282,12 +282,17 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     # clock), so their counts differ at the moment of a stop; every generated line is valid.
     assert store.read(tables.bronze("orders")).count() > 0 and store.read(tables.silver("orders")).count() > 0
     assert store.read(tables.DLQ).count() == 0
-    assert read_heartbeat(settings.run_dir)["state"] == "stopped"
+    stopped = read_heartbeat(settings.run_dir)
+    assert stopped["state"] == "stopped"
+    # Every query's start and end reached the listener.
+    assert set(stopped["queries"]) == set(triggers)
+    assert {entry["status"] for entry in stopped["queries"].values()} == {"stopped"}
     assert {row["speed_refresh_seconds"] for row in view_status(settings)} == {None}  # nothing refreshes them now
     metrics = store.read(tables.STREAM_METRICS).where("query = 'speed_ingest' AND input_rows > 0")
     assert metrics.count() >= 1
     row = metrics.first()
     assert json.loads(row["duration_ms"])["triggerExecution"] > 0 and row["batch_duration_ms"] > 0
+    assert row["state_rows"] > 0 and row["timestamp"] is not None  # the dedup state, from the progress's operators
 
 
 def test_kafka_source_where_the_connector_loads(spark, settings, request):
