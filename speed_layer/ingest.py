@@ -145,7 +145,8 @@ class IngestBatch:
             ).collect()
             counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])} for row in summary}
             if counts:
-                self._write(self._coalesced(batch, counts), batch_id, counts, watermarks)
+                tasks = self._write_tasks(batch, counts)
+                self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks)
         finally:
             batch.unpersist()
         for topic, count in counts.items():
@@ -154,14 +155,14 @@ class IngestBatch:
         self._through = batch_id
 
     @staticmethod
-    def _coalesced(batch: DataFrame, counts: dict[str, dict]) -> DataFrame:
+    def _write_tasks(batch: DataFrame, counts: dict[str, dict]) -> int:
         """As many write tasks as the rows need: a small micro-batch writes one file per table
         instead of one per shuffle partition (fewer files, less fixed cost per task)."""
         rows = sum(count["silver_rows"] + count["dlq_rows"] for count in counts.values())
         cores = batch.sparkSession.sparkContext.defaultParallelism
-        return batch.coalesce(max(1, min(cores, rows // ROWS_PER_WRITE_TASK)))
+        return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
-    def _write(self, batch: DataFrame, batch_id: int, counts: dict[str, dict], watermarks: dict) -> None:
+    def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict) -> None:
         txn = Txn(QUERY, batch_id)
         appends = {
             tables.silver(topic): self._silver_rows(batch, topic)
@@ -175,7 +176,7 @@ class IngestBatch:
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
         writes = [self._writers.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
-        writes.append(self._writers.submit(self._write_feeds, batch, batch_id, feed_topics))
+        writes.append(self._writers.submit(self._write_feeds, batch, tasks, batch_id, feed_topics))
         for write in writes:
             write.result()
         now = datetime.now(timezone.utc)
@@ -219,9 +220,10 @@ class IngestBatch:
             (behind / 1e6).alias("lateness_seconds"), "batch_id",
         )
 
-    def _write_feeds(self, batch: DataFrame, batch_id: int, topics: list[str]) -> None:
+    def _write_feeds(self, batch: DataFrame, tasks: int, batch_id: int, topics: list[str]) -> None:
         """One Parquet file per feed topic and batch, named by batch id: a replay replaces it. A
-        topic a dimension reads gets its late events too (they are still listed in late_events)."""
+        topic a dimension reads gets its late events too (they are still listed in late_events).
+        A batch in one task writes one file per topic as it is; a larger one is shuffled by topic."""
         if not topics:
             return
         staging = self.settings.feeds_dir / "_staging" / f"{batch_id:012d}"
@@ -229,14 +231,15 @@ class IngestBatch:
         wanted = ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
         on_time = batch.where(F.col("topic").isin(*topics) & F.col("reason").isNull() & wanted)
         columns = [field.name for field in feed_schema().fields]
-        on_time.select("topic", *columns).repartition("topic").write.partitionBy("topic").parquet(str(staging))
+        rows = on_time.select("topic", *columns)
+        (rows if tasks == 1 else rows.repartition("topic")).write.partitionBy("topic").parquet(str(staging))
         for topic in topics:
             files = sorted((staging / f"topic={topic}").glob("*.parquet"))
             if not files:
                 continue
             folder = self.settings.feeds_dir / topic
             folder.mkdir(parents=True, exist_ok=True)
-            os.replace(files[0], folder / f"{batch_id:012d}.parquet")  # one file: repartitioned by topic
+            os.replace(files[0], folder / f"{batch_id:012d}.parquet")  # one file: one task per topic
         shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -24,12 +24,13 @@ from include.generator import TrafficOptions, generate
 from include.lakehouse import open_store
 from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
-from speed_layer import gold
+from speed_layer import gold, ingest
+from speed_layer.ingest import IngestBatch
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
 from speed_layer.runner import query_trigger_intervals, run_stream
-from speed_layer.sources import kafka_unavailable_reason
+from speed_layer.sources import kafka_unavailable_reason, landing_source
 
 
 def order(order_id, minute, amount=10.0, category="books", user="u1", hour=10):
@@ -87,6 +88,25 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     assert bronze_interval(trigger_interval=timedelta(seconds=1), bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
     # Every query the runner starts has its interval here.
     assert set(query_trigger_intervals(settings)) == {"speed_bronze", "speed_ingest", *(gold.query_name(v) for v in VIEWS_BY_NAME.values())}
+
+
+@pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
+def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, rows_per_task):
+    monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
+    lines = {"orders": [order(f"o{i}", i) for i in range(6)], "payments": [payment("p1", "o1", 2), payment("p2", "o4", 9)]}
+    for topic, rows in lines.items():
+        land(topic, "0001", rows)
+    raw = landing_source(spark, settings, tuple(lines))
+    writer = IngestBatch(settings, open_store(settings, spark), tuple(raw))
+    query = (ingest.parsed_events(raw, settings).writeStream.foreachBatch(writer).trigger(availableNow=True)
+             .option("checkpointLocation", str(settings.checkpoints_dir / "ingest_only")).start())
+    query.awaitTermination()
+    for topic, rows in lines.items():
+        files = sorted((settings.feeds_dir / topic).iterdir())
+        assert [file.name for file in files] == ["000000000000.parquet"]
+        fed = spark.read.parquet(str(files[0])).select(f"{ingest.record_column(topic)}.*").collect()
+        assert sorted(row[0] for row in fed) == sorted(line[f"{topic[:-1]}_id"] for line in rows)
+    assert not any((settings.feeds_dir / "_staging").iterdir())
 
 
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
