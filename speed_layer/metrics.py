@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryIdleEvent, QueryProgressEvent, QueryStartedEvent, QueryTerminatedEvent
 
@@ -79,8 +80,6 @@ class StreamMetrics(StreamingQueryListener):
         """What ``spark.streams.addListener`` registers in the JVM: events as JSON (see
         :class:`_EventsAsJson`) instead of PySpark's field-by-field bridge."""
         if not hasattr(self, "_jlistenerobj"):
-            from pyspark import SparkContext
-
             wrapper = SparkContext._jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
             self._jlistenerobj = wrapper(_EventsAsJson(self))
         return self._jlistenerobj

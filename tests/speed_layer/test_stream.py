@@ -25,7 +25,6 @@ from include.lakehouse import open_store
 from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
 from speed_layer import gold, ingest
-from speed_layer.ingest import IngestBatch
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
@@ -97,7 +96,7 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
     for topic, rows in lines.items():
         land(topic, "0001", rows)
     raw = landing_source(spark, settings, tuple(lines))
-    writer = IngestBatch(settings, open_store(settings, spark), tuple(raw))
+    writer = ingest.IngestBatch(settings, open_store(settings, spark), tuple(raw))
     query = (ingest.parsed_events(raw, settings).writeStream.foreachBatch(writer).trigger(availableNow=True)
              .option("checkpointLocation", str(settings.checkpoints_dir / "ingest_only")).start())
     query.awaitTermination()
