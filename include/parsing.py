@@ -1,13 +1,20 @@
 """Parsing landed lines into typed events, shared by the speed and the batch layer.
 
-Pure Column logic, no I/O. Every line gets either a typed ``record`` or a precise ``reason``
-(the first check it fails), never neither: nothing is dropped silently. Validation is derived from
-the schema constants: non-nullable fields are required, and the JSON type each Spark type needs
-(``string``, ``number``, ``integer``, ``object``, an ISO-8601 ``timestamp``) is checked on the
-parsed VARIANT, so ``"12.50"`` for ``amount`` is a wrong type rather than silently cast.
+Pure Column logic, no I/O. Every line is either a typed ``record`` or ``rejected``, and a rejected
+line gets a precise ``reason`` (the first check it fails) from :func:`with_reason`: nothing is
+dropped silently. Validation is derived from the schema constants: non-nullable fields are
+required, and the JSON type each Spark type needs (``string``, ``number``, ``integer``,
+``object``, an ISO-8601 ``timestamp``) is checked on the parsed VARIANT, so ``"12.50"`` for
+``amount`` is a wrong type rather than silently cast.
+
+Naming the reason is kept apart because its expressions are most of the parser's size, and a
+query's size is paid again in every micro-batch (planning, generated code) and every task
+(deserializing the plan) whether or not a line is bad.
 """
 
 from __future__ import annotations
+
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -104,6 +111,15 @@ def _cdc_problems() -> list[tuple[Column, Column]]:
     return problems
 
 
+def _json_problems(topic: str) -> list[tuple[Column, Column]]:
+    """The checks of a UTF-8 line within the size limit, on ``_json`` (the line as a VARIANT)."""
+    checks = [
+        (F.col(JSON).isNull(), F.lit("invalid JSON")),
+        (~F.expr(f"schema_of_variant({JSON})").startswith("OBJECT"), F.lit("not a JSON object")),
+    ]
+    return checks + (_cdc_problems() if topic == "customers_cdc" else _field_problems(topic, TOPICS[topic].schema))
+
+
 def precise_reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Column:
     """The first check a line of ``topic`` fails, or NULL. Needs ``value`` and ``_json`` (the
     whole line as a VARIANT)."""
@@ -112,14 +128,27 @@ def precise_reason(topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> 
         (size > max_line_bytes,
          F.format_string(f"line too long: %d bytes (limit {max_line_bytes})", size)),
         (~F.expr("is_valid_utf8(cast(value AS STRING))"), F.lit("invalid UTF-8")),
-        (F.col(JSON).isNull(), F.lit("invalid JSON")),
-        (~F.expr(f"schema_of_variant({JSON})").startswith("OBJECT"), F.lit("not a JSON object")),
+        *_json_problems(topic),
     ]
-    checks += _cdc_problems() if topic == "customers_cdc" else _field_problems(topic, TOPICS[topic].schema)
     result = None
     for condition, text in checks:
         result = F.when(condition, text) if result is None else result.when(condition, text)
     return result.otherwise(F.lit(None).cast("string"))
+
+
+def with_reason(lines: DataFrame, topic: str | None = None, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """``lines`` (from :func:`parse_topic`) with ``reason``: for a rejected line the first check
+    it fails, else NULL. The topic is ``topic``, or each line's ``topic`` column. Meant for the
+    rejected lines only (the DLQ's writer): its expressions are large."""
+    if topic is not None:
+        reason = precise_reason(topic, max_line_bytes)
+    else:
+        reason = None
+        for name in TOPICS:
+            named = precise_reason(name, max_line_bytes)
+            reason = F.when(F.col("topic") == name, named) if reason is None else reason.when(F.col("topic") == name, named)
+    parsed = F.when(F.col("rejected"), F.expr("try_parse_json(cast(value AS STRING))"))
+    return lines.withColumn(JSON, parsed).withColumn("reason", F.when(F.col("rejected"), reason)).drop(JSON)
 
 
 FIELDS = "_fields"  # the line's top-level fields, each a VARIANT (one fast from_json per line)
@@ -179,12 +208,12 @@ def event_id(topic: str) -> Column:
 
 
 def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
-    """``raw`` (``value`` binary plus any metadata) with ``reason``, ``event_id``, ``event_time``,
-    ``event_date`` and the typed ``record``; all but ``reason`` are NULL for a rejected line.
+    """``raw`` (``value`` binary plus any metadata) with ``rejected``, ``event_id``,
+    ``event_time``, ``event_date`` and the typed ``record``; all but ``rejected`` are NULL for a
+    rejected line (:func:`with_reason` names its problem).
 
-    Every line is read once into its top-level fields (fast); only lines that fail the one-shot
-    check are parsed again as a whole to name their first problem. The CDC envelope (a small
-    topic with nested rules) is always checked field by field.
+    Every line is read once into its top-level fields (fast) and checked in one shot. The CDC
+    envelope (a small topic with nested rules) is parsed as a whole and checked field by field.
     """
     if topic not in TOPICS:
         raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
@@ -194,24 +223,19 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
     df = raw.withColumn(FIELDS, F.when(usable, F.from_json(text, fields_struct(topic))))
     if topic == "customers_cdc":
         df = df.withColumn(JSON, F.when(usable, F.expr("try_parse_json(cast(value AS STRING))")))
-        ok = F.col(JSON).isNotNull() & precise_reason(topic, max_line_bytes).isNull()
+        # No check holds (a check on a missing part is NULL: it does not hold).
+        problems = [F.coalesce(condition, F.lit(False)) for condition, _ in _json_problems(topic)]
+        ok = F.col(JSON).isNotNull() & ~reduce(lambda a, b: a | b, problems)
     else:
         stamp = F.expr(f"variant_get({_top('event_time')}, '$', 'string')")
         df = df.withColumn(TIME, F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp")))
         ok = looks_valid(topic)
-    df = df.withColumn("_ok", ok)
-    if topic != "customers_cdc":  # the whole line as a VARIANT, only where a reason is needed
-        df = df.withColumn(JSON, F.when(~F.col("_ok"), F.expr("try_parse_json(cast(value AS STRING))")))
-    df = df.withColumns(
-        {
-            "reason": F.when(~F.col("_ok"), precise_reason(topic, max_line_bytes)),
-            "record": F.when(F.col("_ok"), F.struct(*[_typed(f).alias(f.name) for f in schema.fields])),
-        }
-    )
+    df = df.withColumn("record", F.when(ok, F.struct(*[_typed(f).alias(f.name) for f in schema.fields])))
     valid = F.col("record").isNotNull()
-    df = df.withColumns({"event_time": F.when(valid, event_time(topic)), "event_id": F.when(valid, event_id(topic))})
+    df = df.withColumns({"rejected": ~valid, "event_time": F.when(valid, event_time(topic)),
+                         "event_id": F.when(valid, event_id(topic))})
     df = df.withColumn("event_date", F.to_date("event_time"))
-    return df.drop(FIELDS, TIME, JSON, "_ok")
+    return df.drop(FIELDS, TIME, JSON)
 
 
 def bronze_event_date(topic: str) -> Column:

@@ -32,7 +32,7 @@ from pyspark.sql.types import StructField, StructType
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.parsing import parse_topic
+from include.parsing import parse_topic, with_reason
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
@@ -76,8 +76,8 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
         ]
         # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
         # instead of crossing the dedup shuffle and cache.
-        raw_line = F.when(F.col("reason").isNotNull(), F.col("value")).alias("value")
-        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "reason", "event_id", "event_time", *records))
+        raw_line = F.when(F.col("rejected"), F.col("value")).alias("value")
+        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time", *records))
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
@@ -127,7 +127,7 @@ class IngestBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         watermarks = self.watermarks(batch_id)
-        valid = F.col("reason").isNull()
+        valid = ~F.col("rejected")
         values = pa.table({
             "topic": pa.array(self.topics, pa.string()),
             "batch_id": pa.array([batch_id] * len(self.topics), pa.int64()),
@@ -169,7 +169,7 @@ class IngestBatch:
             for topic, count in sorted(counts.items()) if count["silver_rows"]
         }
         if any(count["dlq_rows"] for count in counts.values()):
-            appends[tables.DLQ] = self._dlq_rows(batch)
+            appends[tables.DLQ] = self._dlq_rows(batch, self.settings.max_line_bytes)
         if any(count["late_rows"] for count in counts.values()):
             appends[tables.LATE_EVENTS] = self._late_rows(batch)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
@@ -197,20 +197,20 @@ class IngestBatch:
     def _silver_rows(batch: DataFrame, topic: str) -> DataFrame:
         record = TOPICS[topic].schema.fieldNames()
         extra = [name for name in tables.silver_schema(topic).fieldNames() if name not in record and name != "date"]
-        return batch.where((F.col("topic") == topic) & F.col("reason").isNull()).select(
+        return batch.where((F.col("topic") == topic) & ~F.col("rejected")).select(
             f"{record_column(topic)}.*", *extra, F.to_date("event_time").alias("date")
         )
 
     @staticmethod
-    def _dlq_rows(batch: DataFrame) -> DataFrame:
+    def _dlq_rows(batch: DataFrame, max_line_bytes: int) -> DataFrame:
+        """Rejected lines with the reason each was rejected for (named here, for these lines only)."""
         text = F.expr("make_valid_utf8(cast(value AS STRING))")
         raw = F.when(
             F.length("value") > DLQ_RAW_LIMIT,  # the whole line stays in Bronze
             F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT), F.length("value")),
         ).otherwise(text)
-        return batch.where(F.col("reason").isNotNull()).select(
-            "topic", raw.alias("raw"), "reason", "source", "ingested_at", "batch_id"
-        )
+        rejected = with_reason(batch.where("rejected"), max_line_bytes=max_line_bytes)
+        return rejected.select("topic", raw.alias("raw"), "reason", "source", "ingested_at", "batch_id")
 
     @staticmethod
     def _late_rows(batch: DataFrame) -> DataFrame:
@@ -229,7 +229,7 @@ class IngestBatch:
         staging = self.settings.feeds_dir / "_staging" / f"{batch_id:012d}"
         shutil.rmtree(staging, ignore_errors=True)
         wanted = ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
-        on_time = batch.where(F.col("topic").isin(*topics) & F.col("reason").isNull() & wanted)
+        on_time = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & wanted)
         columns = [field.name for field in feed_schema().fields]
         rows = on_time.select("topic", *columns)
         (rows if tasks == 1 else rows.repartition("topic")).write.partitionBy("topic").parquet(str(staging))

@@ -118,7 +118,7 @@ def test_records_parse_like_landed_lines_through_the_kafka_source_projection(spa
         parsed = parse_topic(raw, topic)
         counts = to_landing.ledger["topics"][topic]
         assert parsed.where("record IS NOT NULL").count() == counts["valid"] + counts["duplicate"]
-        assert parsed.where("reason IS NOT NULL").count() == counts["corrupt"]
+        assert parsed.where("rejected").count() == counts["corrupt"]
         assert parsed.where(f"source NOT RLIKE '^{topic}/[0-9]+/[0-9]+$'").count() == 0
 
 

@@ -1,4 +1,4 @@
-"""The shared parser: every bad line gets a precise reason; valid lines become typed events."""
+"""The shared parser: valid lines become typed events; every rejected line gets a precise reason."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from include.parsing import bronze_event_date, parse_topic
+from include.parsing import bronze_event_date, parse_topic, with_reason
 
 ORDER = {"order_id": "o1", "user_id": "u1", "product_id": "p1", "category": "books", "amount": 12.5,
          "event_time": "2026-11-20T10:00:00Z"}
@@ -42,9 +42,9 @@ CASES = [
 @pytest.mark.parametrize(("expected", "raw"), CASES, ids=[c[0] for c in CASES])
 def test_each_bad_line_gets_a_precise_reason(spark, expected, raw):
     parsed = parse_topic(spark.createDataFrame([(bytearray(raw),)], "value binary"), "orders", max_line_bytes=2048)
-    row = parsed.collect()[0]
+    row = with_reason(parsed, "orders", max_line_bytes=2048).collect()[0]
     assert row["reason"] == expected
-    assert row["record"] is None and row["event_time"] is None
+    assert row["rejected"] and row["record"] is None and row["event_time"] is None
 
 
 CDC_CASES = [
@@ -60,7 +60,8 @@ CDC_CASES = [
 @pytest.mark.parametrize(("expected", "record"), CDC_CASES, ids=[c[0] for c in CDC_CASES])
 def test_cdc_envelope_rules(spark, expected, record):
     raw = bytearray(json.dumps(record).encode())
-    assert parse_topic(spark.createDataFrame([(raw,)], "value binary"), "customers_cdc").collect()[0]["reason"] == expected
+    parsed = parse_topic(spark.createDataFrame([(raw,)], "value binary"), "customers_cdc")
+    assert with_reason(parsed, "customers_cdc").collect()[0]["reason"] == expected
 
 
 def test_valid_lines_are_typed_and_times_normalised_to_utc(spark):
@@ -68,8 +69,8 @@ def test_valid_lines_are_typed_and_times_normalised_to_utc(spark):
         line(event_time="2026-11-20T11:00:00.250+01:00", extra_field="ignored"),
         line(order_id="o2", amount=3),
     ]
-    rows = parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), "orders").collect()
-    assert [r["reason"] for r in rows] == [None, None]
+    rows = with_reason(parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), "orders"), "orders").collect()
+    assert [(r["rejected"], r["reason"]) for r in rows] == [(False, None), (False, None)]
     # Collected timestamps are naive in the session time zone, which is UTC.
     assert rows[0]["event_time"] == datetime(2026, 11, 20, 10, 0, 0, 250000)
     assert rows[0]["event_id"] == "o1" and rows[0]["record"]["amount"] == 12.5
@@ -89,11 +90,29 @@ def test_event_ids_of_every_topic(spark):
         topic: parse_topic(spark.createDataFrame([(bytearray(json.dumps(record).encode()),)], "value binary"), topic).first()
         for topic, record in lines
     }
-    assert {t: r["reason"] for t, r in rows.items()} == dict.fromkeys(rows)
+    assert {t: r["rejected"] for t, r in rows.items()} == dict.fromkeys(rows, False)
     assert rows["sensors"]["event_id"] == "D1|2026-11-20T10:00:00.037Z"
     assert rows["customers_cdc"]["event_id"] == "C7|1763632800000"
     assert rows["clicks"]["event_id"] == "e1" and rows["payments"]["event_id"] == "p1"
     assert rows["customers_cdc"]["record"]["before"]["customer_id"] == "C7"
+
+
+def test_lines_of_several_topics_get_their_own_topics_reasons(spark):
+    """The DLQ's writer names the reasons of rejected lines of every topic at once, by their
+    ``topic`` column; a valid line keeps a NULL reason."""
+    from pyspark.sql import functions as F
+
+    lines = [("orders", line(amount="12.50")), ("payments", line()), ("customers_cdc", b'{"op": "x", "ts_ms": 1}'),
+             ("orders", line())]
+    parsed = [parse_topic(spark.createDataFrame([(bytearray(raw),)], "value binary"), topic).withColumn("topic", F.lit(topic))
+              .select("topic", "value", "rejected") for topic, raw in lines]
+    rows = with_reason(parsed[0].unionByName(parsed[1]).unionByName(parsed[2]).unionByName(parsed[3])).collect()
+    assert [(r["topic"], r["reason"]) for r in rows] == [
+        ("orders", "wrong type for 'amount': expected number"),
+        ("payments", "missing field 'payment_id'"),
+        ("customers_cdc", "invalid value for 'op': 'x' (expected c, u, d, r)"),
+        ("orders", None),
+    ]
 
 
 def test_unknown_topic_is_rejected(spark):
@@ -122,8 +141,8 @@ BRONZE_DATE_CASES = [
 def test_bronze_event_date_is_the_parsed_event_date(spark, topic, raw, expected):
     """Bronze's partition (read without a full parse) is the day the parser gives a valid line."""
     lines = spark.createDataFrame([(bytearray(raw),)], "value binary")
-    row = parse_topic(lines, topic).select("reason", "event_date", bronze_event_date(topic).alias("bronze_date")).collect()[0]
+    row = parse_topic(lines, topic).select("rejected", "event_date", bronze_event_date(topic).alias("bronze_date")).collect()[0]
     bronze = row["bronze_date"] and row["bronze_date"].isoformat()
-    if row["reason"] is None:
+    if not row["rejected"]:
         assert bronze == row["event_date"].isoformat()
     assert bronze == expected
