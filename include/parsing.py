@@ -147,7 +147,8 @@ def with_reason(lines: DataFrame, topic: str | None = None, max_line_bytes: int 
         for name in TOPICS:
             named = precise_reason(name, max_line_bytes)
             reason = F.when(F.col("topic") == name, named) if reason is None else reason.when(F.col("topic") == name, named)
-    parsed = F.when(F.col("rejected"), F.expr("try_parse_json(cast(value AS STRING))"))
+    within_limit = F.col("rejected") & (F.length("value") <= max_line_bytes)
+    parsed = F.when(within_limit, F.expr("try_parse_json(cast(value AS STRING))"))
     return lines.withColumn(JSON, parsed).withColumn("reason", F.when(F.col("rejected"), reason)).drop(JSON)
 
 
