@@ -224,9 +224,9 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
     df = raw.withColumn(FIELDS, F.when(usable, F.from_json(text, fields_struct(topic))))
     if topic == "customers_cdc":
         df = df.withColumn(JSON, F.when(usable, F.expr("try_parse_json(cast(value AS STRING))")))
-        # No check holds (a check on a missing part is NULL: it does not hold).
+        # No check holds, "invalid JSON" included (a check on a missing part is NULL: it does not hold).
         problems = [F.coalesce(condition, F.lit(False)) for condition, _ in _json_problems(topic)]
-        ok = F.col(JSON).isNotNull() & ~reduce(lambda a, b: a | b, problems)
+        ok = ~reduce(lambda a, b: a | b, problems)
     else:
         stamp = F.expr(f"variant_get({_top('event_time')}, '$', 'string')")
         df = df.withColumn(TIME, F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp")))
