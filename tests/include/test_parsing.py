@@ -78,6 +78,20 @@ def test_valid_lines_are_typed_and_times_normalised_to_utc(spark):
     assert str(rows[0]["event_date"]) == "2026-11-20"
 
 
+def test_typed_values_are_the_values_checked(spark):
+    """The typed read and the type checks see the same value of each field: escapes decoded, a
+    repeated key resolved the same way (the last one), an integer widened where a number is due."""
+    lines = [
+        line(user_id="u\u00e9\n1", amount=4),
+        line()[:-1] + b', "category": 7, "category": "toys"}',
+        line()[:-1] + b', "category": "toys", "category": 7}',
+    ]
+    rows = parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), "orders").collect()
+    assert [r["rejected"] for r in rows] == [False, False, True]
+    assert rows[0]["record"]["user_id"] == "u\u00e9\n1" and rows[0]["record"]["amount"] == 4.0
+    assert rows[1]["record"]["category"] == "toys"
+
+
 def test_event_ids_of_every_topic(spark):
     lines = [
         ("sensors", {"device_id": "D1", "temperature": 20.5, "humidity": 40, "event_time": "2026-11-20T10:00:00.037Z"}),
@@ -130,6 +144,8 @@ BRONZE_DATE_CASES = [
     # A duplicated key: the parser takes the last value (get_json_object took the first, so such
     # a line was kept in Bronze under a day the batch did not read it for).
     ("orders", line()[:-1] + b', "event_time": "2026-11-21T10:00:00Z"}', "2026-11-21"),
+    # An escaped key is the same key to the parser.
+    ("orders", line(event_time=...)[:-1] + b', "event\\u005ftime": "2026-11-21T10:00:00Z"}', "2026-11-21"),
     ("orders", b'{"order_id": "o1", "amount": ', None),
     ("orders", b"[1, 2, 3]", None),
     ("customers_cdc", json.dumps({"op": "c", "ts_ms": 1795240800000, "after": {"customer_id": "C1"}}).encode(), "2026-11-21"),
