@@ -220,11 +220,11 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
     ``event_time``, ``event_date`` and the typed ``record``; all but ``rejected`` are NULL for a
     rejected line (:func:`with_reason` names its problem).
 
-    Every line is read twice, cheaply: once into its top-level fields as VARIANTs, which keep
-    each value's JSON type for the one-shot checks, and once into the typed values (``"12.50"``
-    for a number would be cast by a typed read alone; a cast of each VARIANT costs about twice
-    the second read). The CDC envelope (a small topic with nested rules) is checked field by
-    field on the whole line as a VARIANT.
+    Every line is read twice: once into its top-level fields as VARIANTs, which keep each
+    value's JSON type for the one-shot checks (a typed read alone takes the number 17 for the
+    string ``"17"``), and once into the typed values, which costs less than casting each VARIANT. The
+    CDC envelope (a small topic with nested rules) is checked field by field on the whole line
+    as a VARIANT.
     """
     if topic not in TOPICS:
         raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
