@@ -222,9 +222,9 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
 
     Every line is read twice: once into its top-level fields as VARIANTs, which keep each
     value's JSON type for the one-shot checks (a typed read alone takes the number 17 for the
-    string ``"17"``), and once into the typed values, which costs less than casting each VARIANT. The
-    CDC envelope (a small topic with nested rules) is checked field by field on the whole line
-    as a VARIANT.
+    string ``"17"``), and once into the typed values, which costs less than casting each
+    VARIANT. The CDC envelope (a small topic with nested rules) is checked field by field on
+    the whole line as a VARIANT.
     """
     if topic not in TOPICS:
         raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
