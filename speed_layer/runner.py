@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 GRACEFUL_STOP_SECONDS = 120
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 
 
 class StreamFailed(RuntimeError):
@@ -45,9 +46,6 @@ class StreamFailed(RuntimeError):
 
 def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
     """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds)."""
-    # Ingest caches each micro-batch for the seconds its writes read it (the stream's only
-    # cache): compressing it was half the cost of building it.
-    spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
     raw = open_source(spark, settings)  # each query reads it with a source of its own
     topics = tuple(raw)
     bronze_lines = bronze.with_event_date(raw)
@@ -68,6 +66,9 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
            available_now: bool) -> StreamingQuery:
     # A query takes the session's configuration as it starts.
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
+    # Ingest caches each micro-batch for the seconds its writes read it: compressing that cache
+    # was half the cost of building it. The other queries start with Spark's default again.
+    spark.conf.set(CACHE_COMPRESSED, str(name != ingest.QUERY).lower())
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
