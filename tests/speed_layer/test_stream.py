@@ -233,7 +233,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait()
 
-    subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+    restarted = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert restarted.returncode == 0, restarted.stderr[-4000:]
 
     from include.spark import get_spark
 
