@@ -22,6 +22,8 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 LOCAL_LISTING_THRESHOLD = 1_000_000
+LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?")  # driver and executor in one JVM
+MALLOC_ARENAS = "2"  # glibc malloc arenas for JVMs that hold RocksDB state (see get_spark)
 # Compiled query code kept for reuse. Spark's default of 100 is fewer classes than a dozen
 # streaming queries use between two of their micro-batches, so each micro-batch compiled its code
 # again: 3,238 compilations in an --available-now run of all views, 577 with room for all.
@@ -134,10 +136,11 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home / 'derby'}")
     )
+    in_one_jvm = bool(LOCAL_MASTER.fullmatch(settings.spark_master))  # not local-cluster[...]: executors elsewhere
     # Only a JVM this process starts takes the class path; under spark-submit it is running already.
-    if settings.spark_master.startswith("local") and "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if in_one_jvm and "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = _fast_local_files(builder)
-    if settings.spark_master.startswith("local"):
+    if in_one_jvm:
         # A file source's micro-batch of more than 32 files is listed by a Spark job, which
         # queues behind the other queries' tasks (seconds per batch in the live stream);
         # local files are listed in milliseconds on the driver.
@@ -150,7 +153,10 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # glibc gives each of the JVM's many threads its own malloc arena, and RocksDB's native
         # allocations left the memory outside the heap growing (12 minutes at 10k events/s:
         # +1.27 GB with glibc's default, +0.96 GB with 2 arenas; freshness unchanged).
-        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
+        os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENAS)
+    else:
+        # Executors of their own (a cluster) keep the streaming state's RocksDB: the same arenas.
+        builder = builder.config("spark.executorEnv.MALLOC_ARENA_MAX", MALLOC_ARENAS)
     if settings.spark_jars:
         builder = builder.config("spark.jars", settings.spark_jars)
     if settings.spark_jars_packages:

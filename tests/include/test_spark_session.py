@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -125,3 +128,22 @@ def test_the_local_jvm_keeps_few_malloc_arenas(spark) -> None:  # noqa: ANN001
     pid = spark._jvm.java.lang.ProcessHandle.current().pid()
     environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert b"MALLOC_ARENA_MAX=2" in environment
+
+
+def test_executors_of_their_own_keep_few_malloc_arenas_too(tmp_path) -> None:
+    """With executors in JVMs of their own (here Spark's local-cluster, one worker), each gets
+    MALLOC_ARENA_MAX=2 through Spark; the driver's environment is left alone."""
+    script = (
+        "import os\n"
+        "from include.config import load_settings\n"
+        "from include.spark import get_spark\n"
+        "spark = get_spark(load_settings())\n"
+        "seen = spark.sparkContext.parallelize([0], 1).map(lambda _: (os.getpid(), os.environ.get('MALLOC_ARENA_MAX'))).collect()\n"
+        "print(seen[0][0] != os.getpid(), seen[0][1], os.environ.get('MALLOC_ARENA_MAX'))\n"
+        "spark.stop()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key not in ("MALLOC_ARENA_MAX", "PYSPARK_GATEWAY_PORT")}
+    env.update(LAMBDALAKE_HOME=str(tmp_path), LAMBDALAKE_SPARK_MASTER="local-cluster[1,1,1024]", PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-3:] == ["True", "2", "None"]
