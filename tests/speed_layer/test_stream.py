@@ -28,7 +28,7 @@ from speed_layer import gold, ingest
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
-from speed_layer.runner import query_trigger_intervals, run_stream
+from speed_layer.runner import CACHE_COMPRESSED, query_trigger_intervals, run_stream
 from speed_layer.sources import kafka_unavailable_reason, landing_source
 
 
@@ -193,6 +193,8 @@ def test_accounting_on_generated_data(spark, settings):
     # The watermark persisted: every batch after the first knew the max event time before it.
     ingested = store.read(tables.INGEST_BATCHES).where("query = 'speed_ingest'")
     assert ingested.where("batch_id > 0 AND watermark IS NULL").count() == 0
+    # Only ingest's query caches uncompressed: the session, which a batch job may share, keeps Spark's default.
+    assert spark.conf.get(CACHE_COMPRESSED) == "true"
 
 
 @pytest.mark.slow
