@@ -20,8 +20,10 @@ from typing import Any, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from include.spark import LOCAL_MASTER
+
 CONN_ID = "lambdalake_spark"
-MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|spark://[^/\s]+:\d+(,[^/\s]+:\d+)*|yarn|k8s://\S+|mesos://\S+")
+MASTER = re.compile(LOCAL_MASTER.pattern + r"|spark://[^/\s]+:\d+(,[^/\s]+:\d+)*|yarn|k8s://\S+|mesos://\S+")
 
 
 class SparkNotRunnable(Exception):
