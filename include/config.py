@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     spark_ui: bool = False
     spark_driver_memory: str = "4g"
     shuffle_partitions: int = Field(default=4, ge=1)
+    # The stream's queries' shuffle (and state) partitions, fixed in a query's checkpoint when it
+    # first starts. Unset: the task slots on one machine, shuffle_partitions on a cluster.
+    stream_shuffle_partitions: int | None = Field(default=None, ge=1)
     # All streaming state's memory on one executor (RocksDB's block cache and write buffers, shared
     # by every stateful query; the rest stays on disk), so it does not grow with the state.
     state_memory_mb: int = Field(default=512, ge=64)
@@ -149,6 +152,11 @@ class Settings(BaseSettings):
     @classmethod
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
+
+    @field_validator("stream_shuffle_partitions", mode="before")
+    @classmethod
+    def _stream_shuffle_partitions(cls, value: Any) -> Any:
+        return None if value == "" else value  # an empty variable: the default
 
     @field_validator("bronze_trigger_interval", mode="before")
     @classmethod

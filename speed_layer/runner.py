@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from include.config import Settings
 from include.lakehouse import LakehouseStore, open_store
-from include.spark import get_spark
+from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
@@ -38,6 +38,7 @@ HEARTBEAT_SECONDS = 2.0
 GRACEFUL_STOP_SECONDS = 120
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
 class StreamFailed(RuntimeError):
@@ -62,10 +63,25 @@ def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     return {bronze.QUERY: bronze_interval, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
 
 
+def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
+    """The stream's queries' shuffle and state partitions (a checkpoint keeps those it began with).
+
+    On one machine, one per task slot: each stateful stage's task costs a fixed amount, and the
+    dozen queries run side by side on the same cores (``benchmarks/results/stream_shuffle_partitions.md``:
+    on 2 cores, 2 partitions were faster than 4 live and as fast in a backlog; 1 was slower there)."""
+    if settings.stream_shuffle_partitions:
+        return settings.stream_shuffle_partitions
+    if LOCAL_MASTER.fullmatch(settings.spark_master):
+        return spark.sparkContext.defaultParallelism
+    return settings.shuffle_partitions  # a cluster's executors may not have registered yet
+
+
 def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
            available_now: bool) -> StreamingQuery:
-    # A query takes the session's configuration as it starts.
+    # A query runs on a copy of the run's session made when the query first reads its settings,
+    # which may be after start() returns: that copy is made below, before the next query's.
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
+    spark.conf.set(SHUFFLE_PARTITIONS, str(stream_shuffle_partitions(spark, settings)))
     # Ingest caches each micro-batch for the seconds its writes read it: compressing that cache
     # was half the cost of building it. The other queries start with Spark's default again.
     spark.conf.set(CACHE_COMPRESSED, str(name != ingest.QUERY).lower())
@@ -74,7 +90,9 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     else:
         interval = query_trigger_intervals(settings)[name]
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
-    return writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
+    query = writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
+    query._jsq.streamingQuery().sparkSessionForStream().sessionState()  # noqa: SLF001 - Spark has no public hook
+    return query
 
 
 def _finished_batch(query: StreamingQuery) -> int:
@@ -150,17 +168,22 @@ def run_stream(
     settings: Settings,
     available_now: bool = False,
     stop: threading.Event | None = None,
-    on_started: Callable[[], None] | None = None,
+    on_started: Callable[[SparkSession], None] | None = None,
     show_progress: bool = False,
 ) -> LakehouseStore:
     """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`.
-    ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
+    ``on_started`` gets the run's own Spark session (its ``streams`` are the queries) before they
+    start. ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
-    spark = get_spark(settings, app_name="lambdalake-stream")
+    # A session of its own: the queries' settings (see _start) leave the caller's session, which
+    # the demo's batch layer shares, as it was. (After a stream, the session the caller's thread
+    # sees may be one Spark cloned for a query, and a query started from such a clone kept that
+    # clone's partitions whatever was set on it.)
+    spark = get_spark(settings, app_name="lambdalake-stream").newSession()
     store = open_store(settings, spark)
     metrics = StreamMetrics(store, settings.run_dir)
     spark.streams.addListener(metrics)
@@ -169,7 +192,7 @@ def run_stream(
         gold = gold_writers(spark, settings, store)
         metrics.write_heartbeat("starting")
         if on_started:
-            on_started()
+            on_started(spark)
         if available_now:
             progress = StreamProgress(settings, metrics) if show_progress else None
             try:

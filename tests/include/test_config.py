@@ -35,6 +35,7 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
         ("JOIN_WINDOW", "0s", "invalid setting LAMBDALAKE_JOIN_WINDOW=0s: join window must be positive, got '0s'"),
         ("LAKEHOUSE_ENGINE", "iceberg", "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
         ("SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
+        ("STREAM_SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_STREAM_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
         ("SPARK_DRIVER_MEMORY", "lots", "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
         ("APPROX_DISTINCT_RSD", "0.001", "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
         ("LANDING_MAX_FILE_AGE", "0d", "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
@@ -49,6 +50,13 @@ def test_bad_values_give_one_line_error_naming_the_setting(settings, monkeypatch
         load_settings()
     assert str(error.value) == expected
     assert "\n" not in str(error.value)
+
+
+def test_stream_shuffle_partitions_from_the_environment(settings, monkeypatch):
+    monkeypatch.setenv("LAMBDALAKE_STREAM_SHUFFLE_PARTITIONS", "")
+    assert load_settings().stream_shuffle_partitions is None  # the default: one per task slot
+    monkeypatch.setenv("LAMBDALAKE_STREAM_SHUFFLE_PARTITIONS", "3")
+    assert load_settings().stream_shuffle_partitions == 3
 
 
 def test_home_that_is_a_file_is_rejected(tmp_path):

@@ -28,7 +28,7 @@ from speed_layer import gold, ingest
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
-from speed_layer.runner import CACHE_COMPRESSED, query_trigger_intervals, run_stream
+from speed_layer.runner import CACHE_COMPRESSED, SHUFFLE_PARTITIONS, query_trigger_intervals, run_stream, stream_shuffle_partitions
 from speed_layer.sources import kafka_unavailable_reason, landing_source
 
 
@@ -175,7 +175,9 @@ def test_accounting_on_generated_data(spark, settings):
     options = TrafficOptions(duplicate_fraction=0.05, corrupt_fraction=0.03, late_fraction=0.03, orders_per_hour=100)
     ledger = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1.5, options, seed=3, file_minutes=15,
                       progress=False).ledger
-    store = run_stream(settings.model_copy(update={"speed_views": "order_payments"}), available_now=True)  # ingest is the point
+    # Ingest is the point; one partition, unlike the session's two, shows where the queries' own settings went.
+    store = run_stream(settings.model_copy(update={"speed_views": "order_payments", "stream_shuffle_partitions": 1}),
+                       available_now=True)
     by_topic = {r["topic"]: r for r in ingest_totals(store)}
     dlq = {r["topic"]: r["count"] for r in store.read(tables.DLQ).groupBy("topic").count().collect()}
     for topic in TOPIC_NAMES:
@@ -193,8 +195,22 @@ def test_accounting_on_generated_data(spark, settings):
     # The watermark persisted: every batch after the first knew the max event time before it.
     ingested = store.read(tables.INGEST_BATCHES).where("query = 'speed_ingest'")
     assert ingested.where("batch_id > 0 AND watermark IS NULL").count() == 0
-    # Only ingest's query caches uncompressed: the session, which a batch job may share, keeps Spark's default.
+    # The queries started with their own settings (ingest's cache uncompressed, the stream's
+    # partitions, kept in the checkpoint); the session, which a batch job may share, keeps its own.
+    offsets = (settings.checkpoints_dir / ingest.QUERY / "offsets" / "0").read_text().splitlines()
+    assert json.loads(offsets[1])["conf"][SHUFFLE_PARTITIONS] == "1"
     assert spark.conf.get(CACHE_COMPRESSED) == "true"
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
+
+
+@pytest.mark.parametrize(("master", "explicit", "partitions"), [
+    ("local[2]", None, 2),  # the session's two task slots
+    ("local[2]", 1, 1),
+    ("spark://master:7077", None, 3),  # a cluster: shuffle_partitions
+])
+def test_stream_shuffle_partitions(spark, settings, master, explicit, partitions):
+    chosen = settings.model_copy(update={"spark_master": master, "stream_shuffle_partitions": explicit, "shuffle_partitions": 3})
+    assert stream_shuffle_partitions(spark, chosen) == partitions
 
 
 @pytest.mark.slow
@@ -275,7 +291,8 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
                              spark_master="local[2]")
     stop = threading.Event()
     result = {}
-    runner = threading.Thread(target=lambda: result.update(store=run_stream(settings, stop=stop)))
+    runner = threading.Thread(target=lambda: result.update(
+        store=run_stream(settings, stop=stop, on_started=lambda session: result.update(session=session))))
     runner.start()
     batches = settings.lakehouse_dir / "ops" / "ingest_batches"
     deadline = time.monotonic() + 120
@@ -285,7 +302,9 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
         time.sleep(0.5)
     heartbeat = read_heartbeat(settings.run_dir)
     assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
-    triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in spark.streams.active}
+    # The stream runs on a session of its own.
+    triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in result["session"].streams.active}
+    assert not spark.streams.active
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_traffic_by_page_10m"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
