@@ -28,7 +28,7 @@ from speed_layer import gold, ingest
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
-from speed_layer.runner import CACHE_COMPRESSED, SHUFFLE_PARTITIONS, query_trigger_intervals, run_stream, stream_shuffle_partitions
+from speed_layer.runner import CACHE_COMPRESSED, NO_DATA_BATCHES, SHUFFLE_PARTITIONS, query_trigger_intervals, run_stream, stream_shuffle_partitions
 from speed_layer.sources import kafka_unavailable_reason, landing_source
 
 
@@ -305,6 +305,10 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     # The stream runs on a session of its own.
     triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in result["session"].streams.active}
     assert not spark.streams.active
+    # Each query runs on its own copy of that session, with the settings made for it.
+    copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf() for query in result["session"].streams.active}
+    assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false" and copies["speed_alerts"].get(CACHE_COMPRESSED) == "true"
+    assert copies["speed_order_payments"].get(NO_DATA_BATCHES) == "true" and copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_traffic_by_page_10m"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
