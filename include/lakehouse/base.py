@@ -23,7 +23,7 @@ from deltalake import DeltaTable
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
     # Rows to write: a Spark DataFrame, or Arrow data already on the driver.
     Rows = DataFrame | pa.Table
@@ -156,16 +156,22 @@ class LakehouseStore(ABC):
         properties: Mapping[str, str] | None = None,
     ) -> bool:
         """Create the table if it does not exist. Returns True when it was created. An existing
-        table is given the ``properties`` it lacks (a table made by an older version)."""
+        table made by an older version is given the ``properties`` and the columns it lacks (new
+        columns read as null in its older rows)."""
         missing = [col for col in partition_by if col not in schema.fieldNames()]
         if missing:
             raise ValueError(f"partition columns {missing} are not in the schema of '{name}'")
         if self.exists(name):
             path = self.path(name)
-            current = self._latest(path).metadata().configuration
+            table = self._latest(path)
+            current = table.metadata().configuration
             changed = {key: value for key, value in (properties or {}).items() if current.get(key) != value}
             if changed:
                 self._retrying(f"set properties of '{name}'", lambda: self._do_set_properties(path, changed))
+            present = {field.name for field in table.schema().fields}
+            added = [field for field in schema.fields if field.name not in present]
+            if added:
+                self._retrying(f"add columns to '{name}'", lambda: self._do_add_columns(path, added))
             return False
         props = {**PORTABLE_PROPERTIES, **(properties or {})}
         self._retrying(
@@ -379,6 +385,9 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_set_properties(self, path: str, properties: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def _do_add_columns(self, path: str, fields: list[StructField]) -> None: ...
 
     @abstractmethod
     def _do_append(self, path: str, data: Any, txn: Txn | None) -> None: ...

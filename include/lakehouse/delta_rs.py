@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, Transaction
 
@@ -25,7 +25,7 @@ from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 
 def _commit_properties(txn: Txn | None) -> CommitProperties | None:
@@ -172,6 +172,9 @@ class DeltaRsStore(LakehouseStore):
 
     def _do_set_properties(self, path: str, properties: dict[str, str]) -> None:
         self._latest(path).alter.set_table_properties(properties)
+
+    def _do_add_columns(self, path: str, fields: list[StructField]) -> None:
+        self._latest(path).alter.add_columns([Field.from_json(json.dumps(field.jsonValue())) for field in fields])
 
     def _do_append(self, path: str, data: pa.Table | StagedFiles, txn: Txn | None) -> None:
         if isinstance(data, StagedFiles):

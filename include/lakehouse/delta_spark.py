@@ -11,7 +11,7 @@ from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructField, StructType
 
 # Session settings Delta reads to record a txn on MERGE and other non-DataFrameWriter writes.
 TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
@@ -57,6 +57,10 @@ class DeltaSparkStore(LakehouseStore):
     def _do_set_properties(self, path: str, properties: dict[str, str]) -> None:
         listed = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
         self.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({listed})")
+
+    def _do_add_columns(self, path: str, fields: list[StructField]) -> None:
+        listed = ", ".join(f"`{field.name}` {field.dataType.simpleString()}" for field in fields)
+        self.spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({listed})")
 
     def _do_append(self, path: str, data: DataFrame, txn: Txn | None) -> None:
         self._writer(data, txn).mode("append").save(path)

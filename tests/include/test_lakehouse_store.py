@@ -333,3 +333,17 @@ def test_ensure_table_gives_an_existing_table_new_properties(store, spark):
     version = store.version(name)
     store.ensure_table(name, SCHEMA, ["date"], tables.MERGED_TABLE_PROPERTIES)
     assert store.version(name) == version  # nothing to change: no commit
+
+
+def test_ensure_table_gives_an_existing_table_the_columns_it_lacks(store, spark):
+    name = make_table(store)
+    store.append(name, spark.createDataFrame([(1, "a", 1.0, T0, D1)], SCHEMA))
+    wider = StructType([*SCHEMA.fields, StructField("note", StringType()), StructField("seen_at", TimestampType())])
+    assert store.ensure_table(name, wider, ["date"]) is False
+    assert [field.name for field in DeltaTable(store.path(name)).schema().fields] == wider.fieldNames()
+    store.append(name, spark.createDataFrame([(2, "b", 2.0, T0, D1, "new", T0)], wider))
+    rows = sorted(store.read(name).collect(), key=lambda row: row["id"])
+    assert [(row["id"], row["note"], row["seen_at"] is None) for row in rows] == [(1, None, True), (2, "new", False)]
+    version = store.version(name)
+    store.ensure_table(name, wider, ["date"])
+    assert store.version(name) == version  # nothing to add: no commit
