@@ -268,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--available-now", action="store_true",
                         help="process everything landed so far, in micro-batches, then exit")
     stream.add_argument("--trigger-interval", help="micro-batch interval when running continuously (default 1s)")
-    stream.add_argument("--max-files-per-trigger", type=positive(int), help="landing files per topic per micro-batch")
+    stream.add_argument("--max-files-per-trigger", type=positive(int),
+                        help="landing files per topic per micro-batch (default: 1 with --available-now; running "
+                        "continuously, every file waiting up to $LAMBDALAKE_MAX_BYTES_PER_TRIGGER, 64 MiB)")
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
     stream.add_argument("--views", metavar="VIEW,...", help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
                         "the others are served from the batch layer alone")

@@ -90,13 +90,20 @@ class Settings(BaseSettings):
     commit_backoff_seconds: float = Field(default=0.1, gt=0)
     # Speed layer.
     event_source: Literal["landing", "kafka", "rate"] = "landing"
-    max_files_per_trigger: int = Field(default=1, ge=1)
+    # Landing files per topic per micro-batch. Unset: a continuous stream takes every file waiting,
+    # up to max_bytes_per_trigger (so it catches up after a slow spell), and `--available-now`
+    # takes one, so its watermarks advance between micro-batches as a live stream's would.
+    max_files_per_trigger: int | None = Field(default=None, ge=1)
+    # Bytes per topic per micro-batch of a continuous stream (at least one file): what bounds the
+    # memory of a micro-batch after an outage. Kafka's bound in records is derived from it.
+    max_bytes_per_trigger: int = Field(default=64 * 1024 * 1024, ge=1024)
     # Spark's file source ignores a landing file this much older (by mtime) than the newest it
     # has seen (its own default is 7 days, which silently drops a backfill moved in with `mv`).
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (see README).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
-    max_offsets_per_trigger: int = Field(default=200_000, ge=1)
+    # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # Ingest's and the seconds-fresh views' micro-batch interval: a landed file is picked up within
     # a second (an idle query only asks its source for new data), as the freshness benchmark runs.
     trigger_interval: timedelta = Field(default=timedelta(seconds=1))
@@ -153,9 +160,9 @@ class Settings(BaseSettings):
     def _trigger_interval(cls, value: Any) -> timedelta:
         return parse_duration(value, "trigger interval")
 
-    @field_validator("stream_shuffle_partitions", mode="before")
+    @field_validator("stream_shuffle_partitions", "max_files_per_trigger", "max_offsets_per_trigger", mode="before")
     @classmethod
-    def _stream_shuffle_partitions(cls, value: Any) -> Any:
+    def _unset_when_empty(cls, value: Any) -> Any:
         return None if value == "" else value  # an empty variable: the default
 
     @field_validator("bronze_trigger_interval", mode="before")

@@ -1,11 +1,11 @@
 """The stream runner: all speed-layer queries in one Spark application.
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
-queries (in micro-batches of ``max_files_per_trigger`` files per topic, so watermarks advance
-between them), then one Gold query per view over the feeds ingest wrote: the dimensions first,
-then the views that look them up. Otherwise all queries
-run continuously on a processing-time trigger until SIGTERM/SIGINT, which stops them after their
-current micro-batch.
+queries (in small micro-batches, so watermarks advance between them: see
+:func:`speed_layer.sources.landing_admission`), then one Gold query per view over the feeds
+ingest wrote: the dimensions first, then the views that look them up. Otherwise all queries run
+continuously on a processing-time trigger, each micro-batch taking what is waiting, until
+SIGTERM/SIGINT, which stops them after their current micro-batch.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ class StreamFailed(RuntimeError):
     """A streaming query died; the message names it and says why."""
 
 
-def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
+def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore,
+                   available_now: bool = False) -> dict[str, DataStreamWriter]:
     """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds)."""
-    raw = open_source(spark, settings)  # each query reads it with a source of its own
+    raw = open_source(spark, settings, available_now)  # each query reads it with a source of its own
     topics = tuple(raw)
     bronze_lines = bronze.with_event_date(raw)
     events = ingest.parsed_events(raw, settings)
@@ -188,7 +189,7 @@ def run_stream(
     metrics = StreamMetrics(store, settings.run_dir)
     spark.streams.addListener(metrics)
     try:
-        ingesting = ingest_writers(spark, settings, store)
+        ingesting = ingest_writers(spark, settings, store, available_now)
         gold = gold_writers(spark, settings, store)
         metrics.write_heartbeat("starting")
         if on_started:

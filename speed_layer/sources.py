@@ -20,15 +20,39 @@ RAW_COLUMNS = ("topic", "value", "source", "arrived_at")
 KAFKA_PROVIDER_CLASS = "org/apache/spark/sql/kafka010/KafkaSourceProvider.class"
 
 
-def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str] = TOPIC_NAMES) -> dict[str, DataFrame]:
-    """JSON Lines files in ``landing/<topic>/``, oldest first, ``max_files_per_trigger`` per topic."""
+# What a Kafka record of the landing format takes, roughly: turns the bytes bound into records.
+KAFKA_RECORD_BYTES = 256
+
+
+def landing_admission(settings: Settings, available_now: bool) -> dict[str, int]:
+    """The file source's bound on one topic's micro-batch (Spark takes one of the two options).
+
+    A continuous stream takes every file waiting up to ``max_bytes_per_trigger``: a micro-batch
+    that ran slower than files land (a busy machine, a burst, a restart after downtime) is
+    followed by one that takes the backlog, so the stream catches up. ``--available-now`` takes
+    one file per topic unless told otherwise, so watermarks advance between micro-batches."""
+    if settings.max_files_per_trigger:
+        return {"maxFilesPerTrigger": settings.max_files_per_trigger}
+    if available_now:
+        return {"maxFilesPerTrigger": 1}
+    return {"maxBytesPerTrigger": settings.max_bytes_per_trigger}
+
+
+def kafka_records_per_trigger(settings: Settings) -> int:
+    """``maxOffsetsPerTrigger`` of a Kafka topic: set, or the bytes bound in records."""
+    return settings.max_offsets_per_trigger or max(1, settings.max_bytes_per_trigger // KAFKA_RECORD_BYTES)
+
+
+def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str] = TOPIC_NAMES,
+                   available_now: bool = False) -> dict[str, DataFrame]:
+    """JSON Lines files in ``landing/<topic>/``, oldest first, as :func:`landing_admission` bounds."""
     streams = {}
     for topic in topics:
         folder = settings.landing_topic_dir(topic)
         folder.mkdir(parents=True, exist_ok=True)
         stream = (
             spark.readStream.format("text")
-            .option("maxFilesPerTrigger", settings.max_files_per_trigger)
+            .options(**landing_admission(settings, available_now))
             .option("pathGlobFilter", "*.jsonl")
             .option("maxFileAge", f"{int(settings.landing_max_file_age.total_seconds())}s")
             .load(str(folder))
@@ -68,7 +92,7 @@ def _kafka_topic(spark: SparkSession, settings: Settings, topic: str) -> DataFra
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
-        .option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+        .option("maxOffsetsPerTrigger", kafka_records_per_trigger(settings))
         .load()
     )
 
@@ -110,7 +134,7 @@ def rate_source(spark: SparkSession, settings: Settings) -> dict[str, DataFrame]
     )}
 
 
-def open_source(spark: SparkSession, settings: Settings) -> dict[str, DataFrame]:
+def open_source(spark: SparkSession, settings: Settings, available_now: bool = False) -> dict[str, DataFrame]:
     """The configured event source (``LAMBDALAKE_EVENT_SOURCE``): a raw stream per topic."""
     if settings.event_source == "kafka":
         reason = kafka_unavailable_reason()
@@ -119,4 +143,4 @@ def open_source(spark: SparkSession, settings: Settings) -> dict[str, DataFrame]
         return kafka_source(spark, settings)
     if settings.event_source == "rate":
         return rate_source(spark, settings)
-    return landing_source(spark, settings)
+    return landing_source(spark, settings, available_now=available_now)

@@ -59,6 +59,17 @@ def test_stream_shuffle_partitions_from_the_environment(settings, monkeypatch):
     assert load_settings().stream_shuffle_partitions == 3
 
 
+def test_micro_batch_bounds_from_the_environment(settings, monkeypatch):
+    assert (settings.max_files_per_trigger, settings.max_offsets_per_trigger) == (None, None)  # sized by what waits
+    assert settings.max_bytes_per_trigger == 64 * 1024 * 1024
+    monkeypatch.setenv("LAMBDALAKE_MAX_FILES_PER_TRIGGER", "")
+    monkeypatch.setenv("LAMBDALAKE_MAX_BYTES_PER_TRIGGER", "1048576")
+    assert (load_settings().max_files_per_trigger, load_settings().max_bytes_per_trigger) == (None, 1048576)
+    monkeypatch.setenv("LAMBDALAKE_MAX_FILES_PER_TRIGGER", "0")
+    with pytest.raises(ConfigError, match="LAMBDALAKE_MAX_FILES_PER_TRIGGER=0"):
+        load_settings()
+
+
 def test_home_that_is_a_file_is_rejected(tmp_path):
     target = tmp_path / "file"
     target.write_text("x")
