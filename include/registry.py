@@ -105,7 +105,9 @@ class ViewSpec:
     fields: str  # the stored rows, ``"name type, …"``: served columns plus ``date date`` last
     keys: tuple[str, ...]  # one stored row per key
     key_time: str  # its UTC day decides batch coverage (the merge rule)
-    freshness_time: str  # its max in the speed view says how far the stream has got
+    # Its max in the speed view is never later than the newest event counted (a window's start,
+    # not its end): what ``status`` shows when the view's query has no progress to tell.
+    freshness_time: str
     speed_mode: Literal["update", "append"]  # Structured Streaming output mode of the speed query
     # Several rows of one key (in a micro-batch, or a new one and the stored one): the first by
     # these sort keys wins. None: the newest row replaces the stored one.
@@ -159,6 +161,11 @@ class ViewSpec:
     @property
     def speed_table(self) -> str:
         return f"speed/{self.name}"
+
+    @property
+    def speed_query(self) -> str:
+        """The name of the streaming query that keeps the speed table (its metrics' ``query``)."""
+        return f"speed_{self.name}"
 
     @property
     def merge_on(self) -> tuple[str, ...]:

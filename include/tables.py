@@ -147,6 +147,7 @@ STREAM_METRICS_SCHEMA = StructType(
         StructField("state_rows", LongType()),
         StructField("rows_dropped_by_watermark", LongType()),
         StructField("output_rows", LongType()),
+        StructField("max_event_time", TimestampType()),  # the newest event time the batch read
     ]
 )
 

@@ -477,7 +477,7 @@ VIEWS: list[ViewSpec] = [
         "orders bigint, unique_buyers bigint, date date",
         keys=("window_start", "category"),
         key_time="window_start",
-        freshness_time="window_end",
+        freshness_time="window_start",
         speed_mode="update",
         metrics={
             "rows": "count(*)",
@@ -523,7 +523,7 @@ VIEWS: list[ViewSpec] = [
         "add_to_cart bigint, unique_users bigint, date date",
         keys=("window_start", "page_url"),
         key_time="window_start",
-        freshness_time="window_end",
+        freshness_time="window_start",
         speed_mode="update",
         lookahead={"clicks": lambda settings: timedelta(minutes=10)},  # a window opening at 23:55 ends after midnight
         metrics={
@@ -544,7 +544,7 @@ VIEWS: list[ViewSpec] = [
         "min_temperature double, max_temperature double, stddev_temperature double, avg_humidity double, date date",
         keys=("window_start", "device_id"),
         key_time="window_start",
-        freshness_time="window_end",
+        freshness_time="window_start",
         speed_mode="update",
         metrics={
             "rows": "count(*)",
@@ -657,7 +657,7 @@ VIEWS += [
         "order_ids array<string>, order_amounts array<double>, date date",
         keys=("window_start", "segment"),
         key_time="window_start",
-        freshness_time="window_end",
+        freshness_time="window_start",
         speed_mode="update",
         hidden=("order_ids", "order_amounts"),
         # The counted orders grow with the window: a stateful query would rewrite its whole

@@ -182,11 +182,15 @@ class ServingEngine:
     def _load(self, relation: str, snapshot: DeltaTable | None, held: _Copy | None) -> _Copy:
         """Make ``_lake.<relation>`` hold ``snapshot``'s rows; from ``held``, only the rows of
         files the snapshot removed or added move. Call inside :meth:`_transaction`."""
+        declared = tables.arrow_schema(SOURCES[relation][1])
         if snapshot is None:
-            schema, fragments = tables.arrow_schema(SOURCES[relation][1]), {}
+            schema, fragments = declared, {}
         else:
             dataset = snapshot.to_pyarrow_dataset()
             schema, fragments = dataset.schema, {fragment.path: fragment for fragment in dataset.get_fragments()}
+            for field in declared:  # a table an older version made lacks the newer columns: nulls
+                if field.name not in schema.names:
+                    schema = schema.append(field)
         table = f"{LOADED}.{relation}"
         if held is None or schema != held.schema:  # first load, or the schema evolved
             self.connection.register("_incoming", _rows(schema, fragments.values()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.coverage import covered_days, stale_days
 from include.config import Settings
 from include.lakehouse import open_store
@@ -34,15 +35,40 @@ def latest(engine: ServingEngine, view: str, columns: list[str]) -> dict[str, An
     return rows[0] if rows else dict.fromkeys(columns)
 
 
+def input_waiting(settings: Settings, now: datetime) -> dict[str, Any]:
+    """The stream's input backlog (:mod:`include.backlog`): landed files and bytes not read yet
+    and the oldest one's age, or on Kafka the records the stream last reported behind."""
+    if settings.event_source == "kafka":
+        ingest = ((read_heartbeat(settings.run_dir) or {}).get("queries") or {}).get(INGEST_QUERY, {})
+        return {"input_waiting_files": None, "input_waiting_bytes": None, "input_lag_seconds": None,
+                "input_waiting_records": ingest.get("records_behind")}
+    waiting = total(landing_backlog(settings))
+    return {"input_waiting_files": waiting.files, "input_waiting_bytes": waiting.bytes,
+            "input_lag_seconds": round(waiting.lag(now).total_seconds(), 1), "input_waiting_records": None}
+
+
+def view_progress(engine: ServingEngine) -> dict[str, dict[str, Any]]:
+    """Per speed query, from its progress: the newest event time its micro-batches read and when
+    its last micro-batch that read input ended."""
+    rows = engine.rows(
+        "SELECT query, max(max_event_time) AS counted, "
+        "max(timestamp + to_milliseconds(batch_duration_ms)) FILTER (WHERE input_rows > 0) AS refreshed "
+        "FROM stream_metrics GROUP BY query"
+    )
+    return {row["query"]: row for row in rows}
+
+
 def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
     """One row per view; ``engine`` is an open one to read through (else one is opened)."""
     engine = engine or ServingEngine(settings)
     store = open_store(settings)
+    now = datetime.now(timezone.utc)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)
-    processed = engine.rows("SELECT max(processed_at) AS at FROM ingest_batches")[0]["at"]
     health = stream_health(settings)
     refresh = health.pop("refresh")
+    waiting = input_waiting(settings, now)
+    progress = view_progress(engine)
     supervisor = latest(engine, "supervisor_events", ["at", "decision", "reason"])
     alert = latest(engine, "ops_alerts", ["at", "message"])
     ops = {
@@ -51,34 +77,42 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
     }
     rows = []
     for view in VIEWS:
-        freshest = engine.query(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
+        # The newest event the view's own query has read; else (no stream has run here) what its
+        # rows show.
+        own = progress.get(view.speed_query, {})
+        counted = own.get("counted") or engine.query(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
         rows.append(
             {
                 "view": view.name,
                 "batch_covered_days": ", ".join(day.isoformat() for day in covered),
                 "stale_days": ", ".join(day.isoformat() for day in stale),
-                "speed_max_event_time": freshest,
+                "speed_max_event_time": counted,
+                # When the view's query last read new input (None: never, here).
+                "speed_refreshed_at": own.get("refreshed"),
                 # Seconds between the running stream's micro-batches of the view (None: not refreshed now).
                 "speed_refresh_seconds": refresh.get(view.name),
-                "speed_processed_at": processed,
                 "speed_version": engine.version(speed_relation(view)),
                 "batch_version": engine.version(batch_relation(view)),
                 **health,
+                **waiting,
                 **ops,
-                "checked_at": datetime.now(timezone.utc),
+                "checked_at": now,
             }
         )
     return rows
 
 
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def _ago(moment: datetime | None, now: datetime) -> str:
     if moment is None:
         return "never"
-    seconds = max(0.0, (now - moment).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.0f} {unit} ago"
-    return f"{seconds:.0f} s ago"
+    return f"{_duration(max(0.0, (now - moment).total_seconds()))} ago"
 
 
 def _interval(seconds: float | None) -> str:
@@ -88,6 +122,18 @@ def _interval(seconds: float | None) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g} {unit}"
     return f"{seconds:g} s"
+
+
+def _waiting(row: dict[str, Any]) -> str:
+    """The input backlog in words: nothing waiting, or how much and for how long."""
+    if row["input_waiting_records"] is not None:
+        return f"{row['input_waiting_records']:,} records waiting (furthest-behind partitions)"
+    if row["input_waiting_files"] is None:
+        return "input waiting: unknown"
+    if not row["input_waiting_files"]:
+        return "no input waiting"
+    return (f"{row['input_waiting_files']:,} landed files waiting ({row['input_waiting_bytes'] / 1e6:,.1f} MB), "
+            f"the oldest for {_duration(row['input_lag_seconds'])}")
 
 
 def _utc(moment: datetime) -> str:
@@ -104,6 +150,7 @@ def status_summary(rows: list[dict[str, Any]]) -> str:
     stream = f"stream: {first['stream_state']}"
     if first["heartbeat_at"]:
         stream += f" (heartbeat {_ago(first['heartbeat_at'], now)})"
+    stream += f"; {_waiting(first)}"
     if first["supervisor_at"]:
         stream += f"; supervisor {_ago(first['supervisor_at'], now)}: {first['supervisor_decision']}"
     views = []
@@ -113,9 +160,10 @@ def status_summary(rows: list[dict[str, Any]]) -> str:
         views.append({
             "view": row["view"],
             "newest event (speed)": f"{_utc(newest)} ({_ago(newest, now)})" if newest else "none yet",
+            "updated": _ago(row["speed_refreshed_at"], now),
             "refresh": _interval(row["speed_refresh_seconds"]),  # the stream's micro-batch interval
             "batch-covered days": f"{len(covered)} (last {covered[-1]})" if covered else "none",
-            "stale days": row["stale_days"] or "none",
+            "stale": row["stale_days"] or "none",
         })
     alert = (f"last alert: {_utc(first['last_alert_at'])} ({_ago(first['last_alert_at'], now)}): {first['last_alert']}"
              if first["last_alert_at"] else "alerts: none")

@@ -16,6 +16,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
@@ -23,16 +25,13 @@ from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
 from include.views import VIEWS_BY_NAME, speed_trigger_intervals, speed_views
 from speed_layer.ingest import feed_schema, record_column
+from speed_layer.metrics import OBSERVED_EVENT_MICROS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import DataStreamWriter
 
 FEED_FILES_PER_TRIGGER = 50
-
-
-def query_name(view: ViewSpec) -> str:
-    return f"speed_{view.name}"
 
 
 def feed_stream(spark: SparkSession, settings: Settings, topic: str, watermarked: bool = True) -> DataFrame:
@@ -49,6 +48,8 @@ def feed_stream(spark: SparkSession, settings: Settings, topic: str, watermarked
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(folder))
         .select(f"{record_column(topic)}.*", *extra, "arrived_at")
+        # Reported in the query's progress: the newest event a micro-batch read (status shows it).
+        .observe(f"read_{topic}", F.unix_micros(F.max("event_time")).alias(OBSERVED_EVENT_MICROS))
     )
     return stream.withWatermark("event_time", spark_interval(settings.watermark_delay)) if watermarked else stream
 
@@ -58,7 +59,7 @@ class MergeBatch:
     rows with new keys are first announced (alerts to the notifier)."""
 
     def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
-        self.store, self.view, self.settings, self.query = store, view, settings, query_name(view)
+        self.store, self.view, self.settings, self.query = store, view, settings, view.speed_query
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         view, txn = self.view, Txn(self.query, batch_id)
@@ -83,7 +84,7 @@ class CombineBatch:
     (:func:`include.registry.combined`), so a micro-batch costs its own rows, not the window's."""
 
     def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
-        self.store, self.view, self.settings, self.query = store, view, settings, query_name(view)
+        self.store, self.view, self.settings, self.query = store, view, settings, view.speed_query
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         view, txn = self.view, Txn(self.query, batch_id)
@@ -102,11 +103,11 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
     if view.combine:  # no state, so no watermark: ingest left the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)
-        return feed.writeStream.queryName(query_name(view)).foreachBatch(CombineBatch(store, view, settings))
+        return feed.writeStream.queryName(view.speed_query).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-    return rows.writeStream.queryName(query_name(view)).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
+    return rows.writeStream.queryName(view.speed_query).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
 
 
 def runs_no_data_batches(query: str) -> bool:
@@ -116,13 +117,13 @@ def runs_no_data_batches(query: str) -> bool:
     end before its last rows come out. An update-mode view has emitted every row with the data
     that changed it, and its processors' timers emit nothing; there a no-data batch would only
     drop expired state, at a whole micro-batch's cost, which its next data batch does anyway."""
-    view = next((view for view in VIEWS_BY_NAME.values() if query_name(view) == query), None)
+    view = next((view for view in VIEWS_BY_NAME.values() if view.speed_query == query), None)
     return view is None or view.speed_mode == "append"
 
 
 def trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each Gold query's micro-batch interval when the stream runs continuously."""
-    return {query_name(VIEWS_BY_NAME[name]): interval for name, interval in speed_trigger_intervals(settings).items()}
+    return {VIEWS_BY_NAME[name].speed_query: interval for name, interval in speed_trigger_intervals(settings).items()}
 
 
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
@@ -131,9 +132,9 @@ def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore)
     after the other, so a backlog's orders are enriched with every change landed before them)."""
     views = speed_views(settings)
     return [
-        {query_name(view): view_writer(spark, settings, store, view) for view in views if view.kind == kind}
+        {view.speed_query: view_writer(spark, settings, store, view) for view in views if view.kind == kind}
         for kind in ("dimension", "fact")
     ]
 
 
-__all__ = ["gold_writers", "query_name", "runs_no_data_batches", "trigger_intervals"]
+__all__ = ["gold_writers", "runs_no_data_batches", "trigger_intervals"]

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,25 @@ from include.heartbeat import HEARTBEAT_FILE
 from include.lakehouse import LakehouseStore
 
 log = logging.getLogger(__name__)
+# A feed's observed metric: its newest event time in microseconds (a timestamp crosses to the
+# listener's JSON in whole seconds).
+OBSERVED_EVENT_MICROS = "max_event_micros"
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _instant(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _newest_event(progress: Any) -> datetime | None:
+    """The newest event time a micro-batch read: its watermark's max, or what a feed observed
+    (:func:`speed_layer.gold.feed_stream`; a query without a watermark has no event-time stats)."""
+    observed = [row.asDict().get(OBSERVED_EVENT_MICROS) for row in (progress.observedMetrics or {}).values()]
+    times = [EPOCH + timedelta(microseconds=micros) for micros in observed if micros is not None]
+    watermarked = _instant((progress.eventTime or {}).get("max"))
+    return max([*times, *([watermarked] if watermarked else [])], default=None)
 
 
 class _EventsAsJson:
@@ -110,6 +123,7 @@ class StreamMetrics(StreamingQueryListener):
                     "state_rows": sum(op.numRowsTotal for op in operators),
                     "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
                     "output_rows": progress.sink.numOutputRows if progress.sink else None,
+                    "max_event_time": _newest_event(progress),
                 }
             )
             entry = self.queries.setdefault(progress.name, {"status": "running"})
@@ -117,6 +131,10 @@ class StreamMetrics(StreamingQueryListener):
             self._input_rows[progress.name] = self._input_rows.get(progress.name, 0) + progress.numInputRows
             if progress.numInputRows:
                 entry["last_input_at"] = now.isoformat()
+            behind = [int(source.metrics["maxOffsetsBehindLatest"]) for source in progress.sources or []
+                      if "maxOffsetsBehindLatest" in (source.metrics or {})]
+            if behind:  # Kafka sources: the records waiting in each topic's furthest-behind partition
+                entry["records_behind"] = sum(behind)
 
     def onQueryIdle(self, event: Any) -> None:
         with self._lock:

@@ -1,10 +1,13 @@
 """Stream supervision (run by the ``speed_layer_supervisor`` DAG every few minutes).
 
-Each run diagnoses the stream from its pid file and heartbeat: ``absent`` (never started),
-``dead`` (no process, or a process whose heartbeat stopped), ``stalled`` (alive, but no progress
-for ``stall_after`` while landed input waits) or ``healthy``; starts or restarts it with
-exponential backoff and at most ``max_restarts_per_hour`` restarts, after which it alerts instead
-of looping; and alerts when the Gold views' event-time lag exceeds ``freshness_sla``. Every
+Each run diagnoses the stream from its pid file, heartbeat and input backlog
+(:mod:`include.backlog`): ``absent`` (never started), ``dead`` (no process, or a process whose
+heartbeat stopped), ``stalled`` (alive, but no progress for ``stall_after`` while input waits),
+``behind`` (progressing, but its oldest waiting input has waited longer than ``stall_after``:
+slower than input lands) or ``healthy``; starts or restarts a stream that is absent, dead or
+stalled with exponential backoff and at most ``max_restarts_per_hour`` restarts, after which it
+alerts instead of looping; alerts when it is behind (a restart would not help); and alerts when
+the Gold views' event-time lag exceeds ``freshness_sla``. Every
 decision is logged and appended to ``ops/supervisor_events``, which ``lambdalake status`` shows.
 
 The stream is a detached local driver process (``lambdalake stream``); with a cluster master
@@ -23,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 from include import tables
 from include.alerts import notify
+from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.config import Settings
 from include.lakehouse import open_store
 from include.processes import group_alive, process_alive, stop_group
@@ -37,7 +41,7 @@ RESTARTING = ("start", "restart")
 
 @dataclass(frozen=True)
 class Diagnosis:
-    state: str  # absent | dead | stalled | healthy
+    state: str  # absent | dead | stalled | behind | healthy
     reason: str
     pid: int | None
 
@@ -58,13 +62,25 @@ def diagnose(settings: Settings, now: datetime | None = None) -> Diagnosis:
     heartbeat_at = datetime.fromisoformat(beat["heartbeat_at"]) if beat else None
     if beat is None or beat.get("pid") != pid or now - heartbeat_at > HEARTBEAT_TIMEOUT:
         return Diagnosis("dead", f"process {pid} alive but its heartbeat stopped (last {heartbeat_at})", pid)
-    ingest = beat.get("queries", {}).get("speed_ingest", {})
+    ingest = beat.get("queries", {}).get(INGEST_QUERY, {})
     since = datetime.fromisoformat(ingest.get("last_progress_at") or beat["started_at"])
-    waiting = [p.stat().st_mtime for p in settings.landing_dir.glob("*/*.jsonl")]
-    newest = datetime.fromtimestamp(max(waiting), timezone.utc) if waiting else None
-    if newest and newest > since and now - since > settings.stall_after:
-        return Diagnosis("stalled", f"no progress since {since} while input landed at {newest}", pid)
-    return Diagnosis("healthy", f"heartbeat {heartbeat_at}, last progress {since}", pid)
+    if settings.event_source == "kafka":
+        behind = ingest.get("records_behind") or 0
+        if behind and now - since > settings.stall_after:
+            return Diagnosis("stalled", f"no progress since {since} while {behind:,} records wait", pid)
+        return Diagnosis("healthy", f"heartbeat {heartbeat_at}, last progress {since}", pid)
+    waiting = total(landing_backlog(settings))
+    if waiting.files and now - since > settings.stall_after:
+        return Diagnosis("stalled", f"no progress since {since} while {waiting.files:,} landed files wait", pid)
+    lag = waiting.lag(now)
+    if lag > settings.stall_after:  # it makes progress, but slower than input lands
+        return Diagnosis("behind", f"running but {_seconds(lag)} behind: {waiting.files:,} landed files "
+                         f"({waiting.bytes / 1e6:,.1f} MB) wait, the oldest since {waiting.oldest_arrival}", pid)
+    return Diagnosis("healthy", f"heartbeat {heartbeat_at}, last progress {since}, input lag {_seconds(lag)}", pid)
+
+
+def _seconds(duration: timedelta) -> str:
+    return f"{duration.total_seconds():,.0f} s"
 
 
 def start_stream(settings: Settings) -> int:
@@ -116,6 +132,10 @@ def supervise(settings: Settings, now: datetime | None = None) -> dict:
         decision = _record(settings, diagnosis, "none", diagnosis.reason, restarts, diagnosis.pid)
         check_freshness(settings, now)
         return decision
+    if diagnosis.state == "behind":  # a restart would only add its start-up to the backlog
+        notify(settings, "speed_layer_supervisor", "stream falling behind its input", severity="warning",
+               reason=diagnosis.reason)
+        return _record(settings, diagnosis, "alert", diagnosis.reason, restarts, diagnosis.pid)
     if restarts >= settings.max_restarts_per_hour:
         reason = f"{diagnosis.reason}; {restarts} (re)starts in the last hour, cap {settings.max_restarts_per_hour}: not restarting"
         notify(settings, "speed_layer_supervisor", f"stream {diagnosis.state} and restart cap reached", reason=reason)

@@ -101,6 +101,9 @@ function revenueChart(rows) {
   for (const name of ["merged", "batch", "speed"]) {  // merged is a wide band under the other two
     if (series[name].length) {
       svg += `<polyline class="${name}" data-series="${name}" points="${series[name].map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ")}"/>`;
+      // A dot per hour: a line needs two hours, and the first hour of data must show too.
+      svg += series[name].map(([t, v]) =>
+        `<circle class="${name}" data-series="${name}" cx="${x(t).toFixed(1)}" cy="${y(v).toFixed(1)}" r="3"/>`).join("");
     }
   }
   const legend = ["merged", "batch", "speed"].map((name) =>
@@ -115,18 +118,30 @@ async function revenue() {
   show("revenue", "data", revenueChart(rows));
 }
 
+// The stream's input backlog: landed files not read yet and how long the oldest has waited.
+function waiting(row) {
+  if (row.input_waiting_records != null) return `${num(row.input_waiting_records, 0)} records waiting`;
+  if (row.input_waiting_files == null) return "input waiting: unknown";
+  if (!row.input_waiting_files) return "no input waiting";
+  const lag = row.input_lag_seconds;
+  const oldest = lag < 120 ? `${Math.round(lag)} s` : lag < 7200 ? `${Math.round(lag / 60)} min` : `${Math.round(lag / 3600)} h`;
+  return `${num(row.input_waiting_files, 0)} files waiting, oldest ${oldest}`;
+}
+
 async function freshness() {
   const rows = await api("/api/status");
   const first = rows[0] || {};
   const stream = document.getElementById("stream");
-  stream.textContent = `stream: ${first.stream_state || "unknown"}` + (first.heartbeat_at ? ` · heartbeat ${age(first.heartbeat_at)}` : "");
+  stream.textContent = `stream: ${first.stream_state || "unknown"}` + (first.heartbeat_at ? ` · heartbeat ${age(first.heartbeat_at)}` : "") +
+    ` · ${waiting(first)}`;
   stream.className = `badge ${String(first.stream_state || "").replace(/\s+/g, "-")}`;
   if (!rows.length) return show("freshness", "empty", "no views");
   const covered = (row) => row.batch_covered_days ? row.batch_covered_days.split(", ") : [];
   show("freshness", "data", table([
     ["view", (r) => esc(r.view)],
-    ["newest event", (r) => `${esc(utc(r.speed_max_event_time).slice(5, 16))} · ${esc(age(r.speed_max_event_time))}`, "wrap"],
-    ["last micro-batch", (r) => esc(age(r.speed_processed_at)), "wrap"],
+    ["newest event counted", (r) => r.speed_max_event_time
+      ? `${esc(utc(r.speed_max_event_time).slice(5, 16))} · ${esc(age(r.speed_max_event_time))}` : "none yet", "wrap"],
+    ["updated", (r) => esc(age(r.speed_refreshed_at)), "wrap"],
     ["batch-covered days", (r) => covered(r).length ? `${covered(r).length}, last ${esc(covered(r).at(-1).slice(5))}` : "none", "wrap"],
     ["stale days", (r) => esc(r.stale_days || "none"), "wrap"],
   ], rows));

@@ -221,11 +221,18 @@ def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_pa
         series = browser.evaluate("Object.fromEntries([...document.querySelectorAll('#revenue polyline')]"
                                   ".map(l => [l.dataset.series, l.getAttribute('points').split(' ').length]))")
         assert set(series) == {"speed", "batch", "merged"} and min(series.values()) >= 3
+        # A dot per hour as well: a series of a single hour (a line needs two) still shows.
+        dots = browser.evaluate("Object.fromEntries(['speed', 'batch', 'merged'].map(s => "
+                                "[s, document.querySelectorAll(`#revenue circle[data-series=${s}]`).length]))")
+        assert dots == series
         views = browser.evaluate("[...document.querySelectorAll('#freshness tbody tr')].map(r => r.cells[0].textContent)")
         assert views == [view.name for view in VIEWS]
         assert browser.evaluate("document.querySelectorAll('#losses tbody tr').length") >= 5
         assert browser.evaluate("document.querySelectorAll('#reconciliation tr.diff').length") >= 1
-        assert "stopped" in browser.evaluate("document.getElementById('stream').textContent")
+        badge = browser.evaluate("document.getElementById('stream').textContent")
+        assert "stopped" in badge and "no input waiting" in badge, badge
+        headers = browser.evaluate("[...document.querySelectorAll('#freshness th')].map(h => h.textContent)")
+        assert headers[:3] == ["view", "newest event counted", "updated"]
 
         # New data shows up on its own, without reloading the page.
         browser.evaluate("window.sameDocument = true")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -184,6 +185,10 @@ def test_query_formats(lake):
 def test_status_reports_coverage_versions_and_stream_state(lake):
     settings, store = lake
     mark_covered(store, D1, bronze_fingerprint(store, settings, D1))
+    landed = settings.landing_topic_dir("orders") / "000001.jsonl"  # no stream has taken it
+    landed.parent.mkdir(parents=True, exist_ok=True)
+    landed.write_text('{"order_id": "o1"}\n')
+    os.utime(landed, (time.time() - 3 * 3600, time.time() - 3 * 3600))
     lambdalake = Path(sys.executable).parent / "lambdalake"
     result = subprocess.run([lambdalake, "status", "--home", settings.home, "--format", "json"],
                             capture_output=True, text=True, check=True)
@@ -192,13 +197,17 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     revenue = rows["revenue_by_category_5m"]
     assert revenue["batch_covered_days"] == "2026-11-20" and revenue["stale_days"] == ""
     assert revenue["speed_version"] == 1 and revenue["batch_version"] == 1
-    assert revenue["speed_max_event_time"] == "2026-11-21T10:05:00Z"
+    # No stream metrics here: the newest window's start, never a time after the events counted.
+    assert revenue["speed_max_event_time"] == "2026-11-21T10:00:00Z" and revenue["speed_refreshed_at"] is None
     assert revenue["stream_state"] == "never started"
+    assert (revenue["input_waiting_files"], revenue["input_waiting_bytes"]) == (1, 19)
+    assert 3 * 3600 <= revenue["input_lag_seconds"] < 3 * 3600 + 300
 
     summary = subprocess.run([lambdalake, "status", "--home", settings.home], capture_output=True, text=True, check=True)
     lines = summary.stdout.splitlines()
-    assert lines[0] == "stream: never started" and lines[-1] == "alerts: none"
-    assert any(line.startswith("revenue_by_category_5m  2026-11-21 10:05Z (") and "1 (last 2026-11-20)" in line
+    assert lines[0] == "stream: never started; 1 landed files waiting (0.0 MB), the oldest for 3 h"
+    assert lines[-1] == "alerts: none"
+    assert any(line.startswith("revenue_by_category_5m  2026-11-21 10:00Z (") and "1 (last 2026-11-20)" in line
                for line in lines)
     assert max(map(len, lines)) <= 100  # fits a terminal
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from pyspark.sql import functions as F
 
 from include import tables
 from include.lakehouse import open_store
-from speed_layer.metrics import StreamMetrics, _EventsAsJson
+from speed_layer.metrics import OBSERVED_EVENT_MICROS, StreamMetrics, _EventsAsJson
 
 
 def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
@@ -20,8 +21,12 @@ def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
 
     # A real progress from Spark: one micro-batch of a query with streaming state.
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.json").write_text('{"key": "a"}\n{"key": "a"}\n{"key": "b"}\n')
-    counts = spark.readStream.schema("key string").json(str(tmp_path / "in")).groupBy("key").agg(F.count("*"))
+    (tmp_path / "in" / "a.json").write_text('{"key": "a", "t": "2026-11-25T09:00:00Z"}\n{"key": "a", "t": "2026-11-25T09:59:58.5Z"}\n'
+                                            '{"key": "b", "t": "2026-11-25T09:30:00Z"}\n')
+    # The newest event time a micro-batch read, as the speed views' feeds observe it.
+    read = (spark.readStream.schema("key string, t timestamp").json(str(tmp_path / "in"))
+            .observe("read_probe", F.unix_micros(F.max("t")).alias(OBSERVED_EVENT_MICROS)))
+    counts = read.groupBy("key").agg(F.count("*"))
     query = (counts.writeStream.format("memory").queryName("metrics_probe").outputMode("complete")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
     query.awaitTermination()
@@ -40,5 +45,6 @@ def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
     assert metrics.flush() == 1
     row = metrics.store.read(tables.STREAM_METRICS).collect()[0]
     assert (row["query"], row["batch_id"], row["input_rows"], row["state_rows"], row["output_rows"]) == ("metrics_probe", 0, 3, 2, 2)
+    assert row["max_event_time"] == datetime(2026, 11, 25, 9, 59, 58, 500000)
     assert json.loads(row["duration_ms"])["triggerExecution"] > 0 and row["timestamp"] is not None
     spark.sql("DROP VIEW IF EXISTS metrics_probe")

@@ -86,7 +86,7 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     assert bronze_interval(trigger_interval=timedelta(minutes=1)) == timedelta(minutes=1)
     assert bronze_interval(trigger_interval=timedelta(seconds=1), bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
     # Every query the runner starts has its interval here.
-    assert set(query_trigger_intervals(settings)) == {"speed_bronze", "speed_ingest", *(gold.query_name(v) for v in VIEWS_BY_NAME.values())}
+    assert set(query_trigger_intervals(settings)) == {"speed_bronze", "speed_ingest", *(v.speed_query for v in VIEWS_BY_NAME.values())}
 
 
 @pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
@@ -127,7 +127,7 @@ def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     # view: it emitted every row with its data.
     metrics = store.read(tables.STREAM_METRICS).collect()
     empty = {r["query"] for r in metrics if r["input_rows"] == 0}
-    assert not empty & {gold.query_name(v) for v in VIEWS_BY_NAME.values() if v.speed_mode == "update"}, empty
+    assert not empty & {v.speed_query for v in VIEWS_BY_NAME.values() if v.speed_mode == "update"}, empty
     # Every micro-batch a query committed has its metrics, the last one of the run too.
     committed = {(folder.name, int(commit.name)) for folder in settings.checkpoints_dir.iterdir()
                  for commit in (folder / "commits").glob("[0-9]*")}

@@ -16,6 +16,7 @@ import pytest
 from include import tables
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
+from include.generator.landing import LandingZone
 from include.lakehouse import open_store
 from include.heartbeat import HEARTBEAT_FILE, read_heartbeat
 from speed_layer.supervisor import (
@@ -83,6 +84,32 @@ def test_stalled_stream_is_detected_and_restarted(home):
     assert (row["state"], row["decision"]) == ("stalled", "restart")
     assert stuck.wait(timeout=30) is not None  # the stuck process was stopped
     assert int((home.run_dir / PID_FILE).read_text()) != stuck.pid
+
+
+def test_a_stream_falling_behind_is_reported_not_restarted(home):
+    # Alive and making progress, but the oldest landed file has waited 20 minutes.
+    running = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    home.run_dir.mkdir(parents=True)
+    (home.run_dir / PID_FILE).write_text(str(running.pid))
+    now = datetime.now(timezone.utc)
+    (home.run_dir / HEARTBEAT_FILE).write_text(json.dumps({
+        "pid": running.pid, "state": "running", "started_at": (now - timedelta(hours=1)).isoformat(),
+        "heartbeat_at": now.isoformat(), "queries": {"speed_ingest": {"last_progress_at": now.isoformat()}},
+    }))
+    LandingZone(home.landing_dir).write("orders", "000001", ['{"order_id": "o1"}'])
+    twenty_minutes_ago = time.time() - 20 * 60
+    os.utime(home.landing_topic_dir("orders") / "000001.jsonl", (twenty_minutes_ago, twenty_minutes_ago))
+    try:
+        diagnosis = diagnose(home)
+        assert diagnosis.state == "behind" and "1 landed files" in diagnosis.reason
+        row = supervise(home)
+        assert (row["state"], row["decision"]) == ("behind", "alert")
+        alerts = open_store(home).select_arrow(tables.ALERTS, ["severity", "message"]).to_pylist()
+        assert alerts == [{"severity": "warning", "message": "stream falling behind its input"}]
+        assert running.poll() is None  # a restart would only add its start-up to the backlog
+    finally:
+        running.kill()
+        running.wait()
 
 
 def test_restart_cap_turns_into_an_alert(home):
