@@ -293,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     query = commands.add_parser(
         "query", parents=[common, printing], help="read-only SQL over the merged views",
         description="Run one SELECT/WITH query over the merged views and operational tables "
-        "(see README: Serving).",
+        "(see docs/serving.md).",
     )
     query.add_argument("sql", help="one SELECT or WITH statement")
     query.add_argument("--as-of", type=parse_as_of, metavar="VERSION|TIME",

@@ -100,7 +100,7 @@ class Settings(BaseSettings):
     # Spark's file source ignores a landing file this much older (by mtime) than the newest it
     # has seen (its own default is 7 days, which silently drops a backfill moved in with `mv`).
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
-    # Comma-separated; the views left out are served from the batch layer alone (see README).
+    # Comma-separated; the views left out are served from the batch layer alone (docs/speed-layer.md).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
     # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)

@@ -204,7 +204,7 @@ def event_time(topic: str) -> Column:
 
 
 def event_id(topic: str) -> Column:
-    """The event's own id (ARCHITECTURE.md, late_events)."""
+    """The event's own id (docs/views.md, late_events)."""
     record = F.col("record")
     if topic == "sensors":
         utc = F.date_format(record["event_time"], "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")

@@ -1,6 +1,6 @@
 """Event schemas: one StructType per landing topic (the typed Silver shape), as constants.
 
-The landing contract is in ARCHITECTURE.md; the parser validates raw JSON against these.
+The landing contract is in docs/architecture.md; the parser validates raw JSON against these.
 """
 
 from __future__ import annotations

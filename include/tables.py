@@ -38,7 +38,7 @@ def silver(topic: str) -> str:
 # Tables that take a merge every micro-batch (the speed views). A merge rewrites each file that
 # holds a matched row, with all its other rows; at Delta's default 100 MB per file that is soon
 # the whole table, every micro-batch. 1 MB files keep a rewrite to the few newest files
-# (benchmarks/README.md, "Merged tables").
+# (benchmarks/DECISIONS.md).
 MERGED_TABLE_PROPERTIES = {"delta.targetFileSize": str(1024 * 1024)}
 DLQ = "dlq"
 LATE_EVENTS = "late_events"

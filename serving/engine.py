@@ -1,7 +1,7 @@
 """The serving layer: merged batch + speed views, answered by DuckDB.
 
 Each Delta table's current snapshot is copied into DuckDB (no Spark) and kept current by
-:meth:`ServingEngine.refresh`. The merged views follow ARCHITECTURE.md's merge rule: a row comes
+:meth:`ServingEngine.refresh`. The merged views follow the merge rule (docs/architecture.md): a row comes
 from the batch view when its day is batch-covered, otherwise from the speed view, and carries
 ``source`` (a dimension: the batch's rebuild as of the last covered day, overlaid with the keys
 the stream changed since). The database is read-only for users: one SELECT/WITH statement per query; file

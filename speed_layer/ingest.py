@@ -9,7 +9,7 @@ each with the transaction id ``(speed_ingest, batch_id)``: a micro-batch replaye
 (even ``kill -9``) commits nothing twice, and computes the same rows, because its watermarks come
 from the accounting of earlier batches and the dedup state from Spark's checkpoint.
 
-Rules (ARCHITECTURE.md): a topic's watermark is the max event time seen in earlier micro-batches
+Rules (docs/architecture.md): a topic's watermark is the max event time seen in earlier micro-batches
 minus the watermark delay; an event at or behind it is *late*: kept in Silver (flagged), listed
 in ``late_events`` and left out of the Gold feeds, so the speed views leave out exactly what
 ``late_events`` lists. Dimensions are the exception: a change is state, not a window, so a late

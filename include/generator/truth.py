@@ -117,7 +117,7 @@ def user_sessions(clicks: list[Event]) -> list[dict]:
 
 
 def alerts(readings: list[Event], orders: list[Event], temperature_limit: float, velocity_limit: int) -> list[dict]:
-    """Every alert condition the events hold, by the ARCHITECTURE.md rules."""
+    """Every alert condition the events hold, by the rules of docs/views.md."""
     rows = []
 
     def alert(kind: str, entity: str, moment: datetime, value: float, threshold: float) -> None:
