@@ -30,15 +30,15 @@ def land_orders(zone: LandingZone, number: int) -> int:
     return zone.write("orders", f"{number:06d}", orders).stat().st_size
 
 
-def test_a_stream_behind_its_input_catches_up(spark, tmp_path):
-    zone = LandingZone(tmp_path / "home" / "landing")
+def test_a_stream_behind_its_input_catches_up(spark, settings):
+    zone = LandingZone(settings.landing_dir)
     outage = [land_orders(zone, number) for number in range(60)]
     for number in range(60):  # landed over the two minutes no stream ran
         os.utime(zone.path("orders", f"{number:06d}"), (time.time() - 120 + 2 * number,) * 2)
     # A micro-batch takes at most 20 files' bytes: the outage's backlog drains in three.
-    settings = load_settings(home=tmp_path / "home", spark_master="local[2]", trigger_interval="1s",
-                             bronze_trigger_interval="5s", speed_views="revenue_by_category_5m",
-                             max_bytes_per_trigger=20 * max(outage))
+    settings = settings.model_copy(update={
+        "trigger_interval": timedelta(seconds=1), "bronze_trigger_interval": timedelta(seconds=5),
+        "speed_views": "revenue_by_category_5m", "max_bytes_per_trigger": 20 * max(outage)})
     assert total(landing_backlog(settings)).files == 60
     stop, result = threading.Event(), {}
     runner = threading.Thread(target=lambda: result.update(store=run_stream(settings, stop=stop)))
