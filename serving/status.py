@@ -77,8 +77,8 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
     }
     rows = []
     for view in VIEWS:
-        # The newest event the view's own query has read; else (no stream has run here) what its
-        # rows show.
+        # The newest event the view's own query has read (its watermark's statistics); else (a
+        # query without a watermark, or no stream here) what its rows show, never later than that.
         own = progress.get(view.speed_query, {})
         counted = own.get("counted") or engine.query(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
         rows.append(

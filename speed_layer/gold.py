@@ -16,8 +16,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
-
 from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
@@ -25,7 +23,6 @@ from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
 from include.schemas import TOPICS
 from include.views import VIEWS_BY_NAME, speed_trigger_intervals, speed_views
 from speed_layer.ingest import feed_schema, record_column
-from speed_layer.metrics import OBSERVED_EVENT_MICROS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,8 +45,6 @@ def feed_stream(spark: SparkSession, settings: Settings, topic: str, watermarked
         .option("pathGlobFilter", "*.parquet")
         .parquet(str(folder))
         .select(f"{record_column(topic)}.*", *extra, "arrived_at")
-        # Reported in the query's progress: the newest event a micro-batch read (status shows it).
-        .observe(f"read_{topic}", F.unix_micros(F.max("event_time")).alias(OBSERVED_EVENT_MICROS))
     )
     return stream.withWatermark("event_time", spark_interval(settings.watermark_delay)) if watermarked else stream
 

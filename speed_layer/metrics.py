@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,25 +26,12 @@ from include.heartbeat import HEARTBEAT_FILE
 from include.lakehouse import LakehouseStore
 
 log = logging.getLogger(__name__)
-# A feed's observed metric: its newest event time in microseconds (a timestamp crosses to the
-# listener's JSON in whole seconds).
-OBSERVED_EVENT_MICROS = "max_event_micros"
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _instant(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def _newest_event(progress: Any) -> datetime | None:
-    """The newest event time a micro-batch read: its watermark's max, or what a feed observed
-    (:func:`speed_layer.gold.feed_stream`; a query without a watermark has no event-time stats)."""
-    observed = [row.asDict().get(OBSERVED_EVENT_MICROS) for row in (progress.observedMetrics or {}).values()]
-    times = [EPOCH + timedelta(microseconds=micros) for micros in observed if micros is not None]
-    watermarked = _instant((progress.eventTime or {}).get("max"))
-    return max([*times, *([watermarked] if watermarked else [])], default=None)
 
 
 class _EventsAsJson:
@@ -123,7 +110,8 @@ class StreamMetrics(StreamingQueryListener):
                     "state_rows": sum(op.numRowsTotal for op in operators),
                     "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
                     "output_rows": progress.sink.numOutputRows if progress.sink else None,
-                    "max_event_time": _newest_event(progress),
+                    # The newest event time the micro-batch read (a query with a watermark says).
+                    "max_event_time": _instant((progress.eventTime or {}).get("max")),
                 }
             )
             entry = self.queries.setdefault(progress.name, {"status": "running"})

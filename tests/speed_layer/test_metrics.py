@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from include import tables
 from include.lakehouse import open_store
-from speed_layer.metrics import OBSERVED_EVENT_MICROS, StreamMetrics, _EventsAsJson
+from speed_layer.metrics import StreamMetrics, _EventsAsJson
 
 
 def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
@@ -23,9 +23,8 @@ def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.json").write_text('{"key": "a", "t": "2026-11-25T09:00:00Z"}\n{"key": "a", "t": "2026-11-25T09:59:58.5Z"}\n'
                                             '{"key": "b", "t": "2026-11-25T09:30:00Z"}\n')
-    # The newest event time a micro-batch read, as the speed views' feeds observe it.
-    read = (spark.readStream.schema("key string, t timestamp").json(str(tmp_path / "in"))
-            .observe("read_probe", F.unix_micros(F.max("t")).alias(OBSERVED_EVENT_MICROS)))
+    # A watermarked stream, as the speed views' feeds are: its progress has the newest event time.
+    read = spark.readStream.schema("key string, t timestamp").json(str(tmp_path / "in")).withWatermark("t", "1 hour")
     counts = read.groupBy("key").agg(F.count("*"))
     query = (counts.writeStream.format("memory").queryName("metrics_probe").outputMode("complete")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
