@@ -68,8 +68,7 @@ def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
     """The stream's queries' shuffle and state partitions (a checkpoint keeps those it began with).
 
     On one machine, one per task slot: each stateful stage's task costs a fixed amount, and the
-    dozen queries run side by side on the same cores (``benchmarks/results/stream_shuffle_partitions.md``:
-    on 2 cores, 2 partitions were faster than 4 live and as fast in a backlog; 1 was slower there)."""
+    dozen queries run side by side on the same cores (measured: ``benchmarks/DECISIONS.md``)."""
     if settings.stream_shuffle_partitions:
         return settings.stream_shuffle_partitions
     if LOCAL_MASTER.fullmatch(settings.spark_master):
