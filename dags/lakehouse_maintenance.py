@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from include.alerts import task_failed
+from include.notifier import task_failed
 
 with DAG(
     dag_id="lakehouse_maintenance",

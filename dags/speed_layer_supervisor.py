@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from include.alerts import task_failed
+from include.notifier import task_failed
 
 with DAG(
     dag_id="speed_layer_supervisor",

@@ -85,7 +85,7 @@ VIEWS_SQL = {
     "supervisor_events": "SELECT * FROM _supervisor_events",
 }
 # Speed relations of ``combine`` views: stored as a row per key and micro-batch, added up when read.
-COMBINED = {speed_relation(view): view for view in VIEWS if view.combine}
+COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.combine}
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)

@@ -20,7 +20,7 @@ from browser import Chromium, chromium_binary
 from pydantic import SecretStr
 from test_serving import FORBIDDEN
 
-from include.alerts import notify
+from include.notifier import notify
 from include.views import VIEWS
 from serving.engine import QueryRefused, ServingEngine
 
