@@ -61,7 +61,7 @@ def view_progress(engine: ServingEngine) -> dict[str, dict[str, Any]]:
 def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
     """One row per view; ``engine`` is an open one to read through (else one is opened)."""
     engine = engine or ServingEngine(settings)
-    store = open_store(settings)
+    store = open_store(settings, engine="delta-rs")  # reads metadata only: no Spark, whichever engine wrote
     now = datetime.now(timezone.utc)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)

@@ -69,7 +69,7 @@ def test_every_registered_view_has_a_speed_query(spark, settings):
 
 
 def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, capsys):
-    from include.cli import main
+    from lambdalake.cli import main
 
     assert main(["stream", "--home", str(settings.home), "--views", "order_payments,sessions"]) == 2
     assert "unknown view 'sessions' (views: revenue_by_category_5m, order_payments" in capsys.readouterr().err
