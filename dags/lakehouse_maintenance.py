@@ -32,7 +32,7 @@ with DAG(
 
         return compact_and_vacuum(load_settings())
 
-    @task
+    @task(multiple_outputs=True)
     def checkpoint_hygiene() -> dict:
         from batch_layer.maintenance import checkpoint_hygiene
         from include.config import load_settings

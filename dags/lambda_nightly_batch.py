@@ -83,7 +83,7 @@ with DAG(
 
         return day_is_complete(load_settings(), day)
 
-    @task
+    @task(multiple_outputs=True)
     def bronze_fingerprint(day: str) -> dict:
         from datetime import date
 

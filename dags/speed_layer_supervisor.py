@@ -28,7 +28,7 @@ with DAG(
                   "on_failure_callback": task_failed},
 ) as dag:
 
-    @task
+    @task(multiple_outputs=True)
     def supervise_stream() -> dict:
         from include.config import load_settings
         from speed_layer.supervisor import supervise
