@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.lambdalake/demo
 PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
-.PHONY: install run test lock clean up down cluster-up cluster-down
+.PHONY: install run test lint lock clean up down cluster-up cluster-down
 
 install: $(STAMP)
 
@@ -25,6 +25,9 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
 
 up: install
 	$(BIN)/lambdalake up --home $(PLATFORM_HOME)

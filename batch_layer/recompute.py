@@ -22,7 +22,8 @@ from include import tables
 from include.parsing import parse_topic
 from include.registry import ViewContext
 from include.schemas import TOPICS
-from include.views import VIEWS, VIEWS_BY_NAME, first_copies
+from include.views import VIEWS, VIEWS_BY_NAME
+from include.views.rules import first_copies
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

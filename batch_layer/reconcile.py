@@ -52,7 +52,7 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
         for metric in view.metrics:
             rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))
         if view.differences:
-            differing = view.differences.rows(speed, batch).cache()
+            differing = view.differences.rows(speed, batch, view).cache()
             store.ensure_table(view.differences.table, view.differences_schema, ["date"])
             store.replace_partition(view.differences.table, differing, {"date": day})
             counted = differing.agg(*[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]).first()

@@ -90,7 +90,7 @@ def run(hours: int, args: argparse.Namespace) -> dict[str, list]:
             for way, keys in (("key alone", view.keys), ("merge_on", view.merge_on))[:: 1 if repeat % 2 else -1]:
                 batch = micro_batch(view, stored, now, args)
                 began = time.perf_counter()
-                store.merge(view.speed_table, batch, keys, Txn(way, repeat), replaces_sql(view.precedence))
+                store.merge(view.speed_table, batch, keys, Txn(way, repeat), replaces_sql(view.speed.precedence))
                 seconds = time.perf_counter() - began
                 metrics = DeltaTable(store.path(view.speed_table)).history(1)[0]["operationMetrics"]
                 results[way].append((seconds, metrics["scan_time_ms"] / 1000, metrics["num_target_rows_copied"]))

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from include.alerts import task_failed
+from include.notifier import task_failed
 
 with DAG(
     dag_id="lakehouse_maintenance",
@@ -32,7 +32,7 @@ with DAG(
 
         return compact_and_vacuum(load_settings())
 
-    @task
+    @task(multiple_outputs=True)
     def checkpoint_hygiene() -> dict:
         from batch_layer.maintenance import checkpoint_hygiene
         from include.config import load_settings

@@ -32,7 +32,7 @@ from pathlib import Path
 from airflow.sdk import DAG, Asset, AsyncCallback, DeadlineAlert, DeadlineReference, task
 
 from include.airflow_compat import unless_dags_test
-from include.alerts import deadline_missed, task_failed
+from include.notifier import deadline_missed, task_failed
 from include.config import load_settings
 from include.spark_submit import SparkJobOperator
 from include.views import VIEWS
@@ -83,7 +83,7 @@ with DAG(
 
         return day_is_complete(load_settings(), day)
 
-    @task
+    @task(multiple_outputs=True)
     def bronze_fingerprint(day: str) -> dict:
         from datetime import date
 

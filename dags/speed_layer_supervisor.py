@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, task
 
-from include.alerts import task_failed
+from include.notifier import task_failed
 
 with DAG(
     dag_id="speed_layer_supervisor",
@@ -28,7 +28,7 @@ with DAG(
                   "on_failure_callback": task_failed},
 ) as dag:
 
-    @task
+    @task(multiple_outputs=True)
     def supervise_stream() -> dict:
         from include.config import load_settings
         from speed_layer.supervisor import supervise

@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # Ingest's and the seconds-fresh views' micro-batch interval: a landed file is picked up within
-    # a second (an idle query only asks its source for new data), as the freshness benchmark runs.
+    # a second (an idle query only asks its source for new data).
     trigger_interval: timedelta = Field(default=timedelta(seconds=1))
     # Comma-separated VIEW=DURATION: a speed view's own micro-batch interval (else the above, or
     # its spec's refresh if longer: 30 s for the views that need not be fresh to the second).
@@ -118,8 +118,8 @@ class Settings(BaseSettings):
     rate_rows_per_second: int = Field(default=1000, ge=1)
     max_line_bytes: int = Field(default=1024 * 1024, ge=64)
     # A copy of an event (same id) ingested within this long after the first is a duplicate.
-    # Spark keeps each id about this long and scans all it keeps every micro-batch (about
-    # 0.25 µs per id): at 10k events/s, 5 minutes is about 3M ids, 30 minutes 18M.
+    # Spark keeps each id about this long and scans all it keeps every micro-batch: the state
+    # grows with the event rate times this window.
     dedup_window: timedelta = Field(default=timedelta(minutes=5))
     # Precision of the speed layer's distinct counts (HLL sketches): a sketch grows about 4x for
     # each halving (0.02: 2^12 buckets, at most ~2 KB per window and key; exact for few values).

@@ -1,6 +1,7 @@
 """The view registry's vocabulary: what a Gold view declares so every layer can run it.
 
-A view is one DataFrame -> DataFrame definition plus one :class:`ViewSpec`. The speed layer,
+A view is one DataFrame -> DataFrame definition with its :class:`ViewSpec` declared on it
+(:func:`view`), in its family's module of :mod:`include.views`. The speed layer,
 batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
 nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.
 
@@ -88,7 +89,7 @@ class Differences:
 
     table: str
     extra_fields: str  # columns besides the view's own, ``"name type, …"``
-    rows: Callable[[DataFrame, DataFrame], DataFrame]  # (speed, batch) -> differing rows
+    rows: Callable[[DataFrame, DataFrame, ViewSpec], DataFrame]  # (speed, batch, the view's spec) -> differing rows
     metrics: Mapping[str, str]  # reconciliation metric -> SQL aggregate over those rows
     # False: the rows are not view rows (e.g. one per order of an aggregate); ``extra_fields``
     # are all their columns, ``date date`` last.
@@ -96,8 +97,38 @@ class Differences:
 
 
 @dataclass(frozen=True)
+class Speed:
+    """What only the speed layer (and serving, reading its table) needs to know of a view."""
+
+    mode: Literal["update", "append"]  # Structured Streaming output mode of the view's query
+    # Its max in the speed table is never later than the newest event counted (a window's start,
+    # not its end): what ``status`` shows when the view's query has no progress to tell.
+    freshness_time: str
+    # Several rows of one key (in a micro-batch, or a new one and the stored one): the first by
+    # these sort keys wins. None: the newest row replaces the stored one.
+    precedence: Precedence | None = None
+    # A speed row matching this SQL condition deletes its key (a session merged into another).
+    tombstone: str | None = None
+    # Called with the rows whose key is new to the speed table and the micro-batch's transaction
+    # id, before they are stored (a replay calls it again for rows it did not get to store).
+    announce: Callable[[Settings, list[dict], Txn], None] | None = None
+    # Non-empty: the speed layer keeps no streaming state for the view. It runs the definition on
+    # each micro-batch of its one input alone and appends those rows; readers add up a key's rows
+    # with these aggregates (column -> SQL aggregate; :func:`combined`, and serving in DuckDB, so
+    # a served column's aggregate must be SQL both run). Columns not listed belong to the key
+    # (e.g. ``window_end``, ``date``). For aggregates that grow with the window (lists of what was
+    # counted): neither Spark's state nor the stored row is rewritten each micro-batch.
+    combine: Mapping[str, str] = field(default_factory=dict)
+    # How often the continuous stream updates the view, when less often than its trigger interval
+    # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
+    # so a view that need not be fresh to the second leaves them to those that must.
+    refresh: timedelta | None = None
+
+
+@dataclass(frozen=True)
 class ViewSpec:
-    """Everything the layers need to know about one Gold view."""
+    """Everything the layers need to know about one Gold view; calling it runs its definition.
+    Declared on the definition with :func:`view`."""
 
     name: str  # the SQL name in serving, e.g. ``revenue_by_category_5m``
     inputs: tuple[str, ...]  # topics, each handed to ``define`` as a DataFrame of typed events
@@ -105,13 +136,7 @@ class ViewSpec:
     fields: str  # the stored rows, ``"name type, …"``: served columns plus ``date date`` last
     keys: tuple[str, ...]  # one stored row per key
     key_time: str  # its UTC day decides batch coverage (the merge rule)
-    # Its max in the speed view is never later than the newest event counted (a window's start,
-    # not its end): what ``status`` shows when the view's query has no progress to tell.
-    freshness_time: str
-    speed_mode: Literal["update", "append"]  # Structured Streaming output mode of the speed query
-    # Several rows of one key (in a micro-batch, or a new one and the stored one): the first by
-    # these sort keys wins. None: the newest row replaces the stored one.
-    precedence: Precedence | None = None
+    speed: Speed
     # Days after the view's day that an input topic must be read for (e.g. a join window that
     # opens before midnight closes after it).
     lookahead: Mapping[str, Callable[[Settings], timedelta]] = field(default_factory=dict)
@@ -120,12 +145,6 @@ class ViewSpec:
     metrics: Mapping[str, str] = field(default_factory=dict)  # reconciliation: name -> SQL aggregate
     drift_metrics: tuple[str, ...] = ()  # nightly data quality: speed within the allowed drift
     differences: Differences | None = None
-    # A speed row matching this SQL condition deletes its key (a session merged into another).
-    tombstone: str | None = None
-    # Called in the speed layer with the rows whose key is new to the speed table and the
-    # micro-batch's transaction id, before they are stored (a replay calls it again for rows it
-    # did not get to store).
-    announce: Callable[[Settings, list[dict], Txn], None] | None = None
     # "fact": rows of event-time days (the per-day merge rule). "dimension": a state built from
     # its inputs' whole history, late changes included; the batch rebuilds it as of the day's end
     # (stored under that ``date``) and serving takes, per key, the speed row when it changed after
@@ -137,26 +156,18 @@ class ViewSpec:
     lookups: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()  # stored columns that serving does not show
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
-    # Non-empty: the speed layer keeps no streaming state for the view. It runs the definition on
-    # each micro-batch of its one input alone and appends those rows; readers add up a key's rows
-    # with these aggregates (column -> SQL aggregate; :func:`combined`, and serving in DuckDB, so
-    # a served column's aggregate must be SQL both run). Columns not listed belong to the key
-    # (e.g. ``window_end``, ``date``). For aggregates that grow with the window (lists of what was
-    # counted): neither Spark's state nor the stored row is rewritten each micro-batch.
-    combine: Mapping[str, str] = field(default_factory=dict)
-    # How often the continuous stream updates the speed view, when less often than its trigger
-    # interval will do (None: every trigger). Each micro-batch has a fixed cost on cores all
-    # queries share, so a view that need not be fresh to the second leaves them to those that must.
-    refresh: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if self.combine and len(self.inputs) != 1:
+        if self.speed.combine and len(self.inputs) != 1:
             raise ValueError(f"view '{self.name}': combine needs exactly one input topic, it has {self.inputs}")
-        unknown = [name for name in self.combine if name not in column_names(self.fields)]
+        unknown = [name for name in self.speed.combine if name not in column_names(self.fields)]
         if unknown:
             raise ValueError(f"view '{self.name}': combine names {unknown}, which are not its columns")
         if self.kind == "fact" and self.key_time not in column_names(self.fields):
             raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, not '{self.key_time}'")
+
+    def __call__(self, inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+        return self.define(inputs, context)
 
     @property
     def speed_table(self) -> str:
@@ -198,7 +209,7 @@ class ViewSpec:
     @property
     def combined_by(self) -> list[str]:
         """A ``combine`` view's columns that identify the rows added up (all but the combined)."""
-        return [name for name in column_names(self.fields) if name not in self.combine]
+        return [name for name in column_names(self.fields) if name not in self.speed.combine]
 
     @property
     def compared(self) -> list[str]:
@@ -213,21 +224,31 @@ class ViewSpec:
         return [day + timedelta(days=n) for n in range(-days(self.lookbehind), days(self.lookahead) + 1)]
 
 
+def view(**declared: object) -> Callable[[Callable[[Mapping[str, DataFrame], ViewContext], DataFrame]], ViewSpec]:
+    """Declare a Gold view on its definition: ``@view(inputs=..., fields=..., keys=..., ...)``
+    above ``def name(inputs, context)``; the view is named after the function."""
+
+    def declare(define: Callable[[Mapping[str, DataFrame], ViewContext], DataFrame]) -> ViewSpec:
+        return ViewSpec(name=define.__name__, define=define, **declared)
+
+    return declare
+
+
 def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
     """A view's speed rows, one per key: a ``combine`` view's rows of a key (one per micro-batch
     that touched it) added up; any other view's as stored."""
     from pyspark.sql import functions as F
 
-    if not view.combine:
+    if not view.speed.combine:
         return rows
-    added = [F.expr(sql).alias(name) for name, sql in view.combine.items()]
+    added = [F.expr(sql).alias(name) for name, sql in view.speed.combine.items()]
     return rows.groupBy(*view.combined_by).agg(*added).select(*column_names(view.fields))
 
 
 def combined_sql(view: ViewSpec, relation: str) -> str:
     """:func:`combined` of a ``combine`` view in SQL over ``relation``, its served columns only
     (serving's DuckDB runs it)."""
-    added = [f"{sql} AS {name}" for name, sql in view.combine.items() if name not in view.hidden]
+    added = [f"{sql} AS {name}" for name, sql in view.speed.combine.items() if name not in view.hidden]
     return f"SELECT {', '.join([*view.combined_by, *added])} FROM {relation} GROUP BY {', '.join(view.combined_by)}"
 
 
@@ -252,27 +273,24 @@ def dimension_as_of(view: ViewSpec, speed: DataFrame, batch: DataFrame, cut: dat
     return speed.where(~changed), batch.join(since, list(view.keys), "left_anti")
 
 
-def rows_that_differ(fields: str, keys: Sequence[str]) -> Callable[[DataFrame, DataFrame], DataFrame]:
-    """``(speed, batch) ->`` the rows of keys on which two sets of a view's rows (``fields``, one
-    ``date``) disagree, a missing row included, each with ``difference``: ``only_speed``,
-    ``only_batch`` or ``values`` (the batch's row is shown)."""
+def rows_that_differ(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+    """The rows of keys on which two sets of a view's rows (one ``date``) disagree, a missing row
+    included, each with ``difference``: ``only_speed``, ``only_batch`` or ``values`` (the batch's
+    row is shown)."""
+    from pyspark.sql import functions as F
 
-    def differing(speed: DataFrame, batch: DataFrame) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        values = [name for name in column_names(fields) if name not in keys]
-        s = speed.select(*keys, F.struct(*values).alias("_speed"))
-        b = batch.select(*keys, F.struct(*values).alias("_batch"))
-        differ = F.lit(False)
-        for name in values:
-            if name != "date":
-                differ = differ | ~F.col(f"_batch.{name}").eqNullSafe(F.col(f"_speed.{name}"))
-        kind = (F.when(F.col("_batch").isNull(), "only_speed").when(F.col("_speed").isNull(), "only_batch")
-                .when(differ, "values"))
-        shown = {name: F.when(F.col("_batch").isNotNull(), F.col(f"_batch.{name}")).otherwise(F.col(f"_speed.{name}"))
-                 for name in values}
-        return (b.join(s, list(keys), "full_outer").withColumn("difference", kind).where(F.col("difference").isNotNull())
-                .select(*[F.col(name) if name in keys else shown[name].alias(name) for name in column_names(fields)],
-                        "difference"))
-
-    return differing
+    fields, keys = spec.fields, spec.keys
+    values = [name for name in column_names(fields) if name not in keys]
+    s = speed.select(*keys, F.struct(*values).alias("_speed"))
+    b = batch.select(*keys, F.struct(*values).alias("_batch"))
+    differ = F.lit(False)
+    for name in values:
+        if name != "date":
+            differ = differ | ~F.col(f"_batch.{name}").eqNullSafe(F.col(f"_speed.{name}"))
+    kind = (F.when(F.col("_batch").isNull(), "only_speed").when(F.col("_speed").isNull(), "only_batch")
+            .when(differ, "values"))
+    shown = {name: F.when(F.col("_batch").isNotNull(), F.col(f"_batch.{name}")).otherwise(F.col(f"_speed.{name}"))
+             for name in values}
+    return (b.join(s, list(keys), "full_outer").withColumn("difference", kind).where(F.col("difference").isNotNull())
+            .select(*[F.col(name) if name in keys else shown[name].alias(name) for name in column_names(fields)],
+                    "difference"))

@@ -72,11 +72,10 @@ def memory_page_size(heap: str) -> str:
     """Spark's memory page (hash maps, sorts, broadcast tables) for a JVM heap like ``4g``: the
     largest array G1 keeps in an ordinary region, just under half a region.
 
-    Spark sizes pages from the heap alone (64 MB at 4 GB), so each small micro-batch's hash maps
-    and broadcast tables took 64 MB arrays, zeroed on allocation: ~1.5 GB of them were live in the
-    stream's heap. Smaller, but half a region or more, G1 gives each page a region of its own:
-    1 MB pages in a 4 GB heap's 2 MB regions took twice their size, and a 10M-event nightly batch
-    ran out of heap. 8,192 pages per task (Spark's limit) of half a region still cover the heap."""
+    Spark sizes pages from the heap alone, so each small micro-batch's hash maps and broadcast
+    tables take huge arrays, zeroed on allocation; a page of half a region or more gets a G1
+    region of its own and wastes the rest (benchmarks/DECISIONS.md). 8,192 pages per task
+    (Spark's limit) of half a region still cover the heap."""
     number, unit = re.fullmatch(r"(\d+)([kmgt]?)", heap.strip().lower()).groups()
     low, high = G1_REGION_BOUNDS
     region = low
@@ -142,8 +141,7 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         builder = _fast_local_files(builder)
     if in_one_jvm:
         # A file source's micro-batch of more than 32 files is listed by a Spark job, which
-        # queues behind the other queries' tasks (seconds per batch in the live stream);
-        # local files are listed in milliseconds on the driver.
+        # queues behind the other queries' tasks; local files list fast on the driver.
         builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", str(LOCAL_LISTING_THRESHOLD))
         # The driver's heap is the executor's here (on a cluster, Spark sizes pages per executor).
         builder = builder.config("spark.buffer.pageSize", memory_page_size(settings.spark_driver_memory))
@@ -151,8 +149,7 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # PATH; the JVM passes its environment on to them.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         # glibc gives each of the JVM's many threads its own malloc arena, and RocksDB's native
-        # allocations left the memory outside the heap growing (12 minutes at 10k events/s:
-        # +1.27 GB with glibc's default, +0.96 GB with 2 arenas; freshness unchanged).
+        # allocations left the memory outside the heap growing.
         os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENAS)
     else:
         # Executors of their own (a cluster) keep the streaming state's RocksDB: the same arenas.

@@ -85,7 +85,7 @@ VIEWS_SQL = {
     "supervisor_events": "SELECT * FROM _supervisor_events",
 }
 # Speed relations of ``combine`` views: stored as a row per key and micro-batch, added up when read.
-COMBINED = {speed_relation(view): view for view in VIEWS if view.combine}
+COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.combine}
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
@@ -122,10 +122,9 @@ class ServingEngine:
     Each Delta table is copied into a DuckDB table (with the Parquet file each row came from)
     once; :meth:`refresh` then deletes the rows of files a new version removed and inserts those
     of files it added, in one transaction, so a long-running server follows the lake at the cost
-    of what changed. Queries over DuckDB's own tables run about 2x faster than over Arrow datasets
-    of the snapshots, and faster than DuckDB reading their Parquet files itself
-    (benchmarks/results/serving.md); the price is memory: the served tables (Gold views and ops
-    tables, never Bronze or Silver) are held in DuckDB.
+    of what changed. Queries over DuckDB's own tables run faster than over Arrow datasets of the
+    snapshots or DuckDB reading their Parquet files itself (benchmarks/DECISIONS.md); the price is
+    memory: the served tables (Gold views and ops tables, never Bronze or Silver) are held in DuckDB.
     Each query runs on its own cursor: concurrent queries read a consistent snapshot while
     :meth:`refresh` commits, and one query can be cancelled without touching the others.
     """

@@ -61,7 +61,7 @@ def view_progress(engine: ServingEngine) -> dict[str, dict[str, Any]]:
 def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
     """One row per view; ``engine`` is an open one to read through (else one is opened)."""
     engine = engine or ServingEngine(settings)
-    store = open_store(settings)
+    store = open_store(settings, engine="delta-rs")  # reads metadata only: no Spark, whichever engine wrote
     now = datetime.now(timezone.utc)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)
@@ -80,7 +80,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         # The newest event the view's own query has read (its watermark's statistics); else (a
         # query without a watermark, or no stream here) what its rows show, never later than that.
         own = progress.get(view.speed_query, {})
-        counted = own.get("counted") or engine.query(f"SELECT max({view.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
+        counted = own.get("counted") or engine.query(f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
         rows.append(
             {
                 "view": view.name,

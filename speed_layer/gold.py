@@ -58,23 +58,23 @@ class MergeBatch:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         view, txn = self.view, Txn(self.query, batch_id)
-        if view.precedence is not None:
-            batch = best_per_key(batch, view.keys, view.precedence)
-        update_when = replaces_sql(view.precedence) if view.precedence else None
-        if view.announce is None or self.store.is_committed(view.speed_table, txn):
-            self.store.merge(view.speed_table, batch, view.merge_on, txn, update_when, delete_when=view.tombstone)
+        if view.speed.precedence is not None:
+            batch = best_per_key(batch, view.keys, view.speed.precedence)
+        update_when = replaces_sql(view.speed.precedence) if view.speed.precedence else None
+        if view.speed.announce is None or self.store.is_committed(view.speed_table, txn):
+            self.store.merge(view.speed_table, batch, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
             return
         rows = batch.toArrow()  # a handful of rows (alerts); computed once for both uses
         stored = self.store.select_arrow(view.speed_table, list(view.keys))
         known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
         new = [row for row in rows.to_pylist() if tuple(row[key] for key in view.keys) not in known]
         if new:
-            view.announce(self.settings, new, Txn(f"{self.query}_announce", batch_id))
-        self.store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.tombstone)
+            view.speed.announce(self.settings, new, Txn(f"{self.query}_announce", batch_id))
+        self.store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
 
 
 class CombineBatch:
-    """``foreachBatch`` of a view without streaming state (:attr:`ViewSpec.combine`): the
+    """``foreachBatch`` of a view without streaming state (:attr:`Speed.combine`): the
     definition on this micro-batch alone, appended exactly once. Readers add up a key's rows
     (:func:`include.registry.combined`), so a micro-batch costs its own rows, not the window's."""
 
@@ -95,14 +95,14 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
     dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
     for dimension in dimensions:
         store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
-    if view.combine:  # no state, so no watermark: ingest left the late events out already
+    if view.speed.combine:  # no state, so no watermark: ingest left the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)
         return feed.writeStream.queryName(view.speed_query).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-    return rows.writeStream.queryName(view.speed_query).outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
+    return rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
 
 
 def runs_no_data_batches(query: str) -> bool:
@@ -113,7 +113,7 @@ def runs_no_data_batches(query: str) -> bool:
     that changed it, and its processors' timers emit nothing; there a no-data batch would only
     drop expired state, at a whole micro-batch's cost, which its next data batch does anyway."""
     view = next((view for view in VIEWS_BY_NAME.values() if view.speed_query == query), None)
-    return view is None or view.speed_mode == "append"
+    return view is None or view.speed.mode == "append"
 
 
 def trigger_intervals(settings: Settings) -> dict[str, timedelta]:

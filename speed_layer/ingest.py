@@ -2,7 +2,7 @@
 
 Everything runs on Spark's executors. Per micro-batch: each topic's lines are parsed with the
 shared parser; Spark's state store drops copies of an event already ingested within the dedup
-window (:func:`include.views.first_copies`); then, in ``foreachBatch``, lateness is flagged
+window (:func:`include.views.rules.first_copies`); then, in ``foreachBatch``, lateness is flagged
 against each topic's watermark, and the executors write Silver, the DLQ, late_events and the
 on-time events the Gold queries read (``feeds/<topic>/``). The driver only commits file lists,
 each with the transaction id ``(speed_ingest, batch_id)``: a micro-batch replayed after a crash
@@ -36,7 +36,8 @@ from include.parsing import parse_topic, with_reason
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
-from include.views import VIEWS, first_copies, speed_views
+from include.views import VIEWS, speed_views
+from include.views.rules import first_copies
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -39,8 +39,8 @@ class _EventsAsJson:
 
     PySpark's own bridge reads an event field by field, one Py4J round trip each (a progress with
     its state operators' metrics takes well over a hundred, and every Java map it copies ends in a
-    JVM exception that Py4J resolves through class look-ups): with a dozen queries on a 1 s
-    trigger, about 4% of two cores on Spark's listener thread alone."""
+    JVM exception that Py4J resolves through class look-ups), a cost paid for every progress of
+    every query."""
 
     def __init__(self, listener: StreamingQueryListener) -> None:
         self.listener = listener

@@ -26,7 +26,7 @@ from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
 from speed_layer.metrics import StreamMetrics
-from speed_layer.progress import StreamProgress
+from speed_layer.stream_progress import StreamProgress
 from speed_layer.sources import open_source
 
 if TYPE_CHECKING:
@@ -78,12 +78,10 @@ def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
 
 def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
            available_now: bool) -> StreamingQuery:
-    # A query runs on a copy of the run's session made when the query first reads its settings,
-    # which may be after start() returns: that copy is made below, before the next query's.
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
     spark.conf.set(SHUFFLE_PARTITIONS, str(stream_shuffle_partitions(spark, settings)))
-    # Ingest caches each micro-batch for the seconds its writes read it: compressing that cache
-    # was half the cost of building it. The other queries start with Spark's default again.
+    # Ingest caches each micro-batch for the seconds its writes read it, and compressing that cache
+    # cost as much as building it. The other queries start with Spark's default again.
     spark.conf.set(CACHE_COMPRESSED, str(name != ingest.QUERY).lower())
     if available_now:
         writer = writer.trigger(availableNow=True)
@@ -91,8 +89,14 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
         interval = query_trigger_intervals(settings)[name]
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
     query = writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
-    query._jsq.streamingQuery().sparkSessionForStream().sessionState()  # noqa: SLF001 - Spark has no public hook
+    _take_settings_now(query)
     return query
+
+
+def _take_settings_now(query: StreamingQuery) -> None:
+    """Make the query's copy of the session now, with the settings just set (Spark makes it
+    lazily, maybe after the next query's settings); Spark has no public hook for it."""
+    query._jsq.streamingQuery().sparkSessionForStream().sessionState()  # noqa: SLF001
 
 
 def _finished_batch(query: StreamingQuery) -> int:
@@ -180,9 +184,7 @@ def run_stream(
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     # A session of its own: the queries' settings (see _start) leave the caller's session, which
-    # the demo's batch layer shares, as it was. (After a stream, the session the caller's thread
-    # sees may be one Spark cloned for a query, and a query started from such a clone kept that
-    # clone's partitions whatever was set on it.)
+    # the demo's batch layer shares, as it was.
     spark = get_spark(settings, app_name="lambdalake-stream").newSession()
     store = open_store(settings, spark)
     metrics = StreamMetrics(store, settings.run_dir)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from include import tables
-from include.alerts import notify
+from include.notifier import notify
 from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.config import Settings
 from include.lakehouse import open_store

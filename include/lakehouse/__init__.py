@@ -13,7 +13,6 @@ from include.lakehouse.base import (
     TableNotFound,
     Txn,
 )
-from include.spark import delta_spark_unavailable_reason, resolve_engine
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -29,7 +28,7 @@ def all_tables(lakehouse: Path) -> list[str]:
 def open_store(settings: Settings, spark: SparkSession | None = None, engine: str | None = None) -> LakehouseStore:
     """The store for ``settings`` (engine from configuration unless given). Without ``spark``,
     a session is started only when an operation needs one."""
-    from include.spark import get_spark
+    from include.spark import delta_spark_unavailable_reason, get_spark, resolve_engine
 
     engine = engine or resolve_engine(settings)
     options = dict(

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, AsyncCallback, DeadlineAlert, DeadlineReference, task
 
 from include.airflow_compat import unless_dags_test
-from include.alerts import deadline_missed
+from include.notifier import deadline_missed
 
 alert = DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT, interval=timedelta(hours=1),
                       callback=AsyncCallback(deadline_missed))

@@ -14,7 +14,7 @@ import pytest
 from include.coverage import covered_days
 from include.config import load_settings
 from include.lakehouse import open_store
-from include.platform import admin_password, down, start_airflow
+from lambdalake.platform import admin_password, down, start_airflow
 
 DAG_ID = "lambda_nightly_batch"
 DAY = date(2026, 11, 20)

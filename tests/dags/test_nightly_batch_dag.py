@@ -17,7 +17,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from include import tables
-from include.alerts import deadline_missed
+from include.notifier import deadline_missed
 from include.coverage import covered_days
 from include.lakehouse import open_store
 from serving.engine import ServingEngine

@@ -199,7 +199,7 @@ def test_kafka_topics_and_bootstrap_servers_agree_with_the_code(services):
 
 
 def test_every_command_is_one_the_cli_accepts(services):
-    from include.cli import build_parser
+    from lambdalake.cli import build_parser
 
     parser = build_parser()
     for name in ("generator", "serve"):

@@ -109,14 +109,15 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
 
 
 def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings):
-    from include.views import DASHBOARD_REFRESH, VIEWS, speed_trigger_intervals
+    from include.views import VIEWS, speed_trigger_intervals
+    from include.views.rules import DASHBOARD_REFRESH
 
     fast = settings.model_copy(update={"trigger_interval": timedelta(seconds=1)})
     intervals = speed_trigger_intervals(fast)
     assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
         "revenue_by_category_5m", "order_payments", "alerts"}
     assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {
-        view.name for view in VIEWS if view.refresh} == {
+        view.name for view in VIEWS if view.speed.refresh} == {
         "traffic_by_page_10m", "device_health_5m", "user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
     # A trigger interval longer than a view's refresh holds for it too.
     slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})

@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from include.registry import ViewContext
-from include.views import VIEWS_BY_NAME, customers, customers_history, revenue_by_segment_1h
+from include.views import VIEWS_BY_NAME
+from include.views.cdc import customers, customers_history, revenue_by_segment_1h
 
 IMAGE = "struct<customer_id:string,name:string,email:string,segment:string,country:string>"
 CDC = f"op string, ts_ms bigint, before {IMAGE}, after {IMAGE}, event_time timestamp, arrived_at timestamp"
@@ -93,7 +94,7 @@ def run_speed(spark, settings, store, view, folder, name):
     store.ensure_table(view.speed_table, view.schema, ["date"])
     rows = view.define({"customers_cdc": spark.readStream.schema(CDC).parquet(str(folder / "*"))},
                        ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
-    (rows.writeStream.outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
+    (rows.writeStream.outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
      .option("checkpointLocation", str(settings.checkpoints_dir / name)).trigger(availableNow=True).start()
      .awaitTermination())
 
@@ -233,6 +234,6 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
          "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False), ("C1", "premium", t(20), None, False),
                                               ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
-    differing = view.differences.rows(combined(view, store.read(view.speed_table)), batch).collect()
+    differing = view.differences.rows(combined(view, store.read(view.speed_table)), batch, view).collect()
     assert [(r["order_id"], r["amount"], r["speed_segment"], r["batch_segment"]) for r in differing] == [
         ("o2", 5.0, "premium", "consumer")]

@@ -123,7 +123,7 @@ def test_records_parse_like_landed_lines_through_the_kafka_source_projection(spa
 
 
 def test_generate_cli_produces_to_kafka_and_an_unreachable_broker_is_one_line(kafka_broker, tmp_path, capsys):
-    from include.cli import main
+    from lambdalake.cli import main
 
     code = main(["generate", "--home", str(tmp_path / "h"), "--sink", "kafka", "--bootstrap-servers", kafka_broker,
                  "--start", "2026-11-21T00:00:00Z", "--hours", "0.25", "--seed", "3", "--format", "json"])

@@ -12,20 +12,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from include.processors import MINUTE_US, AlertRules, Session, merge_sessions, unpack, z_score
 from include.registry import ViewContext, input_topics
-from include.views import (
-    VIEWS,
-    VIEWS_BY_NAME,
-    alerts,
-    best_order_status,
-    device_health_5m,
-    distinct_count,
-    first_copies,
-    hll_lg_k,
-    order_payments,
-    revenue_by_category_5m,
-    traffic_by_page_10m,
-    user_sessions,
-)
+from include.views import VIEWS, VIEWS_BY_NAME
+from include.views.alerting import alerts
+from include.views.clicks import traffic_by_page_10m, user_sessions
+from include.views.devices import device_health_5m
+from include.views.orders import best_order_status, order_payments, revenue_by_category_5m
+from include.views.rules import distinct_count, first_copies, hll_lg_k
 
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp"
 PAYMENTS = "payment_id string, order_id string, amount double, event_time timestamp"
@@ -135,7 +127,7 @@ def test_first_copies_in_a_stream_drop_copies_within_the_horizon_and_keep_ids_th
 def test_the_registry_declares_each_view_completely():
     assert [view.name for view in VIEWS] == list(VIEWS_BY_NAME)
     for view in VIEWS:
-        assert view.schema.fieldNames()[-1] == "date" and view.freshness_time in view.columns
+        assert view.schema.fieldNames()[-1] == "date" and view.speed.freshness_time in view.columns
         assert view.key_time in view.columns or view.kind == "dimension"  # a dimension's: when a row last changed
         assert set(view.keys) <= set(view.columns) and "rows" in view.metrics
         assert set(view.drift_metrics) <= set(view.metrics)
@@ -178,7 +170,7 @@ def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
         store.ensure_table(table, view.schema, ["date"])
         store.merge(table, spark.createDataFrame([candidates[stored]], view.schema), ["order_id"])
         store.merge(table, spark.createDataFrame([candidates[new]], view.schema), ["order_id"], Txn("q", 0),
-                    replaces_sql(view.precedence))
+                    replaces_sql(view.speed.precedence))
         both = spark.createDataFrame([candidates[stored], candidates[new]], view.schema)
         assertDataFrameEqual(store.read(table), best_order_status(both))
 
@@ -200,7 +192,7 @@ def test_a_speed_merge_reads_only_the_files_of_its_key_times(spark, settings):
 
     def merge(rows, batch_id):
         store.merge(view.speed_table, spark.createDataFrame(rows, view.schema), view.merge_on, Txn("speed", batch_id),
-                    replaces_sql(view.precedence))
+                    replaces_sql(view.speed.precedence))
 
     for hour in range(8, 12):  # a micro-batch per hour: its pending orders in files of their own
         merge([(f"o{hour}-{n}", "u1", "books", 1.0, t(hour, n), None, None, None, "pending", day) for n in range(3)], hour)
@@ -378,7 +370,7 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
         for view in (sessions, raised):
             store.ensure_table(view.speed_table, view.schema, ["date"])
             rows = view.define({topic: inputs[topic] for topic in view.inputs}, context).select(*view.schema.fieldNames())
-            (rows.writeStream.outputMode(view.speed_mode).foreachBatch(MergeBatch(store, view, settings))
+            (rows.writeStream.outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
              .option("checkpointLocation", str(settings.checkpoints_dir / view.name)).trigger(availableNow=True).start()
              .awaitTermination())
 
@@ -428,7 +420,7 @@ def test_the_speed_side_frees_state_once_the_watermark_passes_and_keeps_one_time
         for view in views:
             store.ensure_table(view.speed_table, view.schema, ["date"])
             out = view.define({topic: inputs[topic] for topic in view.inputs}, ViewContext(settings, exact=False))
-            (out.select(*view.schema.fieldNames()).writeStream.outputMode(view.speed_mode)
+            (out.select(*view.schema.fieldNames()).writeStream.outputMode(view.speed.mode)
              .foreachBatch(MergeBatch(store, view, settings)).option("checkpointLocation", str(settings.checkpoints_dir / view.name))
              .trigger(availableNow=True).start().awaitTermination())
 

@@ -20,7 +20,7 @@ from browser import Chromium, chromium_binary
 from pydantic import SecretStr
 from test_serving import FORBIDDEN
 
-from include.alerts import notify
+from include.notifier import notify
 from include.views import VIEWS
 from serving.engine import QueryRefused, ServingEngine
 
@@ -258,7 +258,7 @@ def test_without_a_configured_token_one_is_generated_once_and_kept_private(setti
 
 
 def test_make_up_starts_the_server_and_make_down_stops_it(lake):
-    from include.platform import down, start_serve
+    from lambdalake.platform import down, start_serve
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

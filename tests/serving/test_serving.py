@@ -154,7 +154,7 @@ def test_forbidden_queries_exit_non_zero_and_change_nothing(lake, sql, tmp_path,
         result = subprocess.run([Path(sys.executable).parent / "lambdalake", *argv], capture_output=True, text=True, cwd=workdir)
         code, stdout, stderr = result.returncode, result.stdout, result.stderr
     else:
-        from include.cli import main
+        from lambdalake.cli import main
 
         monkeypatch.chdir(workdir)
         code = main(argv)

@@ -69,7 +69,7 @@ def test_every_registered_view_has_a_speed_query(spark, settings):
 
 
 def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, capsys):
-    from include.cli import main
+    from lambdalake.cli import main
 
     assert main(["stream", "--home", str(settings.home), "--views", "order_payments,sessions"]) == 2
     assert "unknown view 'sessions' (views: revenue_by_category_5m, order_payments" in capsys.readouterr().err
@@ -127,7 +127,7 @@ def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     # view: it emitted every row with its data.
     metrics = store.read(tables.STREAM_METRICS).collect()
     empty = {r["query"] for r in metrics if r["input_rows"] == 0}
-    assert not empty & {v.speed_query for v in VIEWS_BY_NAME.values() if v.speed_mode == "update"}, empty
+    assert not empty & {v.speed_query for v in VIEWS_BY_NAME.values() if v.speed.mode == "update"}, empty
     # Every micro-batch a query committed has its metrics, the last one of the run too.
     committed = {(folder.name, int(commit.name)) for folder in settings.checkpoints_dir.iterdir()
                  for commit in (folder / "commits").glob("[0-9]*")}

@@ -10,7 +10,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Message
 
 from include import tables
-from include.alerts import notify
+from include.notifier import notify
 from include.lakehouse import open_store
 
 

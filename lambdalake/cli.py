@@ -197,7 +197,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from include.demo import run_demo
+    from lambdalake.demo import run_demo
 
     if any(settings.landing_dir.glob("*/*.jsonl")):
         raise UsageError(f"{settings.landing_dir} already holds events; the demo needs an empty --home")
@@ -206,7 +206,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from include.platform import password_file, up
+    from lambdalake.platform import password_file, up
     from serving.http import dashboard_url, serve_token
 
     url = up(settings, args.port, args.serve_port)
@@ -217,7 +217,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
-    from include.platform import down
+    from lambdalake.platform import down
 
     stopped = down(settings)
     print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))

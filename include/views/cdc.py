@@ -1,0 +1,186 @@
+"""The customers family: the customer dimension from CDC as it is now (SCD type 1) and as it
+was (SCD type 2), and revenue per customer segment, which looks the dimension up."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from include.registry import Differences, Speed, ViewContext, ViewSpec, rows_that_differ, view
+from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+CUSTOMER_FIELDS = "customer_id string, name string, email string, segment string, country string"
+SEGMENT_WINDOW = "1 hour"
+UNKNOWN_SEGMENT = "unknown"
+
+
+def customer_changes(cdc: DataFrame) -> DataFrame:
+    """One row per CDC change: the customer, its image (a delete's is the ``before`` image),
+    whether it deletes, and its sequence: ``ts_ms``, then arrival (equal ``ts_ms``: the later
+    arrival wins)."""
+    from pyspark.sql import functions as F
+
+    deletes = F.col("op") == "d"
+    image = F.when(deletes, F.col("before")).otherwise(F.col("after"))
+    return cdc.select(image["customer_id"].alias("customer_id"), image.alias("image"), deletes.alias("deleted"),
+                      F.struct("ts_ms", "arrived_at").alias("sequence"))
+
+
+@view(
+    inputs=("customers_cdc",),
+    fields=f"{CUSTOMER_FIELDS}, updated_at timestamp, deleted boolean, date date",
+    keys=("customer_id",),
+    key_time="updated_at",
+    kind="dimension",
+    hidden=("deleted",),
+    served_when="NOT deleted",
+    metrics={"rows": "count_if(NOT deleted)", "deleted": "count_if(deleted)"},
+    differences=Differences(
+        table="customer_differences",
+        extra_fields="difference string",
+        rows=rows_that_differ,
+        metrics={"differing_customers": "count(DISTINCT customer_id)"},
+    ),
+    speed=Speed(mode="update", freshness_time="updated_at", refresh=DASHBOARD_REFRESH),
+)
+def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """SCD type 1: each customer's last change by sequence; a delete leaves a hidden tombstone,
+    so an older change arriving after it cannot resurrect the customer, and a newer ``c`` re-creates
+    it. One grouped ``max_by`` in both layers: in the stream Spark keeps one row per customer in
+    its state store (a dimension is bounded by its keys, not by a watermark)."""
+    from pyspark.sql import functions as F
+
+    last = customer_changes(inputs["customers_cdc"]).groupBy("customer_id").agg(
+        F.max_by(F.struct("image", "deleted", "sequence"), "sequence").alias("last"))
+    updated_at = F.timestamp_millis(F.col("last.sequence.ts_ms"))
+    return last.select(
+        "customer_id", *[F.col(f"last.image.{name}").alias(name) for name in ("name", "email", "segment", "country")],
+        updated_at.alias("updated_at"), F.col("last.deleted").alias("deleted"), F.to_date(updated_at).alias("date"),
+    )
+
+
+@view(
+    inputs=("customers_cdc",),
+    fields=f"{CUSTOMER_FIELDS}, valid_from timestamp, valid_to timestamp, is_current boolean, deleted boolean, date date",
+    keys=("customer_id", "valid_from"),
+    key_time="coalesce(valid_to, valid_from)",  # a version changes when it opens and when it closes
+    kind="dimension",
+    hidden=("deleted",),
+    served_when="NOT deleted",
+    metrics={"rows": "count_if(NOT deleted)", "current": "count_if(is_current)"},
+    differences=Differences(
+        table="customer_history_differences",
+        extra_fields="difference string",
+        rows=rows_that_differ,
+        metrics={"differing_customers": "count(DISTINCT customer_id)", "differing_versions": "count(*)"},
+    ),
+    speed=Speed(mode="update", freshness_time="valid_from", refresh=DASHBOARD_REFRESH),
+)
+def customers_history(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """SCD type 2: a customer's changes in sequence, each valid until the next (``valid_to``
+    null and ``is_current`` for the last). A delete closes the version before it and opens none
+    (its row is a hidden tombstone). A change that lands after a newer one takes its place, and
+    the neighbours' validity follows, because every change of the customer is re-sequenced: the
+    stream keeps them all per customer (``collect_list``) and emits the customer's versions again."""
+    from pyspark.sql import functions as F
+
+    changes = customer_changes(inputs["customers_cdc"]).groupBy("customer_id").agg(
+        F.array_sort(F.collect_list(F.struct("sequence", "image", "deleted"))).alias("changes"))
+    ts = lambda change: change["sequence"]["ts_ms"]  # noqa: E731
+    # Of changes with the same ts_ms only the last to arrive counts.
+    kept = F.filter("changes", lambda change, i: ts(F.try_element_at("changes", i + 2)).isNull()
+                    | (ts(F.try_element_at("changes", i + 2)) != ts(change)))
+    versions = F.transform(kept, lambda change, i: F.struct(
+        change["image"].alias("image"), change["deleted"].alias("deleted"), ts(change).alias("from_ms"),
+        ts(F.try_element_at(kept, i + 2)).alias("to_ms")))
+    rows = changes.select("customer_id", F.explode(versions).alias("v"))
+    valid_from = F.timestamp_millis("v.from_ms")
+    return rows.select(
+        "customer_id", *[F.col(f"v.image.{name}").alias(name) for name in ("name", "email", "segment", "country")],
+        valid_from.alias("valid_from"), F.timestamp_millis("v.to_ms").alias("valid_to"),
+        (F.col("v.to_ms").isNull() & ~F.col("v.deleted")).alias("is_current"), F.col("v.deleted").alias("deleted"),
+        F.to_date(valid_from).alias("date"),
+    )
+
+
+def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+    """Orders both layers counted under different segments (the customer's segment changed
+    between the order and the stream's processing of it), with their amounts."""
+    from pyspark.sql import functions as F
+
+    def per_order(rows: DataFrame, side: str) -> DataFrame:
+        order = F.explode(F.arrays_zip("order_ids", "order_amounts")).alias("o")
+        return rows.select("window_start", "segment", "date", order).select(
+            F.col("o.order_ids").alias("order_id"), F.col("o.order_amounts").alias("amount"), "window_start",
+            F.col("segment").alias(f"{side}_segment"), "date")
+
+    speed_segments = per_order(speed, "speed").select("order_id", "speed_segment")
+    return per_order(batch, "batch").join(speed_segments, "order_id").where(
+        F.col("speed_segment") != F.col("batch_segment")
+    ).select("order_id", "amount", "window_start", "speed_segment", "batch_segment", "date")
+
+
+@view(
+    inputs=("orders",),
+    lookups=("customers_history",),
+    fields="window_start timestamp, window_end timestamp, segment string, revenue double, orders bigint, "
+    "order_ids array<string>, order_amounts array<double>, date date",
+    keys=("window_start", "segment"),
+    key_time="window_start",
+    hidden=("order_ids", "order_amounts"),
+    metrics={"rows": "count(*)", "revenue": money_sum_sql("revenue"), "orders": "sum(orders)"},
+    drift_metrics=("revenue", "orders"),
+    differences=Differences(
+        table="segment_differences",
+        extra_fields="order_id string, amount double, window_start timestamp, speed_segment string, "
+        "batch_segment string, date date",
+        rows=orders_enriched_differently,
+        metrics={"orders_enriched_differently": "count(*)", "revenue_moved": money_sum_sql("amount")},
+        view_fields=False,
+    ),
+    speed=Speed(
+        mode="update", freshness_time="window_start", refresh=DASHBOARD_REFRESH,
+        # The counted orders grow with the window: a stateful query would rewrite its whole
+        # list into state on every micro-batch, and a merged row would be rewritten likewise.
+        combine={
+            "revenue": money_sum_sql("revenue"),
+            "orders": "CAST(sum(orders) AS BIGINT)",
+            **{name: f"array_sort(flatten(collect_list(arrays_zip(order_ids, order_amounts)))).{name}"
+               for name in ("order_ids", "order_amounts")},
+        },
+    ),
+)
+def revenue_by_segment_1h(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Orders enriched with their customer's segment, revenue and orders per segment in tumbling
+    1-hour windows. The batch joins point in time (the version of ``customers_history`` valid at
+    the order's time); the stream joins the current versions as its table stands when the order's
+    micro-batch runs (a stream-static join whose static side is re-read every micro-batch). No
+    customer: ``unknown``. Hidden: the orders counted and their amounts, for reconciliation."""
+    from pyspark.sql import functions as F
+
+    orders = inputs["orders"]
+    versions = inputs["customers_history"].where(~F.col("deleted")).select(
+        F.col("customer_id"), F.col("segment").alias("customer_segment"), "valid_from", "valid_to", "is_current")
+    if context.exact:
+        on = ((F.col("user_id") == F.col("customer_id")) & (F.col("valid_from") <= F.col("event_time"))
+              & (F.col("valid_to").isNull() | (F.col("event_time") < F.col("valid_to"))))
+    else:
+        versions = versions.where("is_current")
+        on = F.col("user_id") == F.col("customer_id")
+    enriched = orders.join(F.broadcast(versions), on, "left").withColumn(
+        "segment", F.coalesce("customer_segment", F.lit(UNKNOWN_SEGMENT)))
+    counted = F.array_sort(F.collect_list(F.struct("order_id", "amount")))
+    return (
+        enriched.groupBy(F.window("event_time", SEGMENT_WINDOW).alias("window"), "segment")
+        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), counted.alias("counted"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "segment", "revenue", "orders",
+            F.col("counted.order_id").alias("order_ids"), F.col("counted.amount").alias("order_amounts"),
+            F.to_date("window.start").alias("date"),
+        )
+    )

@@ -1,0 +1,105 @@
+"""The clicks family: traffic per page in sliding 10-minute windows, and user sessions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from include.config import spark_interval
+from include.registry import Speed, ViewContext, view
+from include.views.rules import DASHBOARD_REFRESH, distinct_count
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+TRAFFIC_WINDOW, TRAFFIC_SLIDE = "10 minutes", "5 minutes"
+SESSION_GAP = timedelta(minutes=30)
+
+
+@view(
+    inputs=("clicks",),
+    fields="window_start timestamp, window_end timestamp, page_url string, views bigint, clicks bigint, "
+    "add_to_cart bigint, unique_users bigint, date date",
+    keys=("window_start", "page_url"),
+    key_time="window_start",
+    lookahead={"clicks": lambda settings: timedelta(minutes=10)},  # a window opening at 23:55 ends after midnight
+    metrics={
+        "rows": "count(*)",
+        "views": "sum(views)",
+        "clicks": "sum(clicks)",
+        "add_to_cart": "sum(add_to_cart)",
+        "unique_users": "sum(unique_users)",
+    },
+    drift_metrics=("rows", "views", "clicks"),
+    speed=Speed(mode="update", freshness_time="window_start", refresh=DASHBOARD_REFRESH),
+)
+def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Sliding 10-minute windows every 5 minutes on click time (each click counts in two
+    windows): events per action and distinct users per page."""
+    from pyspark.sql import functions as F
+
+    def count_of(action: str, name: str):  # noqa: ANN202 - Column
+        return F.sum(F.when(F.col("action") == action, 1).otherwise(0)).alias(name)
+
+    users = distinct_count("user_id", context)
+    return (
+        inputs["clicks"].groupBy(F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window"), "page_url")
+        .agg(count_of("view", "views"), count_of("click", "clicks"), count_of("add_to_cart", "add_to_cart"),
+             users.alias("unique_users"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "page_url", "views", "clicks", "add_to_cart", "unique_users",
+            F.to_date("window.start").alias("date"),
+        )
+    )
+
+
+@view(
+    inputs=("clicks",),
+    fields="user_id string, session_start timestamp, session_end timestamp, events bigint, pages bigint, "
+    "duration_seconds double, converted boolean, date date",
+    keys=("user_id", "session_start"),
+    key_time="session_start",
+    # A session starting on the day may have begun before midnight's clicks, or run past it.
+    lookbehind={"clicks": lambda settings: SESSION_GAP},
+    lookahead={"clicks": lambda settings: SESSION_GAP},
+    metrics={
+        "rows": "count(*)",
+        "events": "sum(events)",
+        "converted": "count_if(converted)",
+    },
+    drift_metrics=("events",),
+    speed=Speed(mode="update", freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH),
+)
+def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Session windows per user with a 30-minute inactivity gap: first and last click, clicks,
+    distinct pages, whether an item was added to the cart. The batch uses ``session_window``; the
+    stream :class:`include.processors.OpenSessions`, which shows sessions while they are open."""
+    from pyspark.sql import functions as F
+
+    clicks = inputs["clicks"]
+    gap_us = int(SESSION_GAP / timedelta(microseconds=1))
+    if context.exact:
+        sessions = clicks.groupBy("user_id", F.session_window("event_time", spark_interval(SESSION_GAP))).agg(
+            F.unix_micros(F.min("event_time")).alias("start_us"), F.unix_micros(F.max("event_time")).alias("end_us"),
+            F.count(F.lit(1)).alias("events"), F.count_distinct("page_url").alias("pages"),
+            F.max(F.col("action") == "add_to_cart").alias("converted"),
+        )
+    else:
+        from include.processors import SESSION_OUTPUT, OpenSessions
+
+        sessions = clicks.select("user_id", F.unix_micros("event_time").alias("event_us"), "page_url", "action").groupBy(
+            "user_id"
+        ).transformWithState(OpenSessions(gap_us), SESSION_OUTPUT, "Update", "EventTime")
+    return sessions.select(
+        "user_id",
+        F.timestamp_micros("start_us").alias("session_start"),
+        F.timestamp_micros("end_us").alias("session_end"),
+        "events",
+        "pages",
+        ((F.col("end_us") - F.col("start_us")) / 1e6).alias("duration_seconds"),
+        "converted",
+        F.to_date(F.timestamp_micros("start_us")).alias("date"),
+    )

@@ -1,0 +1,141 @@
+"""The orders family: revenue per category in 5-minute windows, and each order with its first
+payment in the join window."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from include.config import spark_interval
+from include.registry import Differences, Speed, ViewContext, ViewSpec, best_per_key, view
+from include.views.rules import distinct_count, money_sum_sql
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+REVENUE_WINDOW = "5 minutes"
+
+
+@view(
+    inputs=("orders",),
+    fields="window_start timestamp, window_end timestamp, category string, revenue double, "
+    "orders bigint, unique_buyers bigint, date date",
+    keys=("window_start", "category"),
+    key_time="window_start",
+    metrics={
+        "rows": "count(*)",
+        "revenue": money_sum_sql("revenue"),
+        "orders": "sum(orders)",
+        "unique_buyers": "sum(unique_buyers)",
+    },
+    drift_metrics=("rows", "revenue", "orders"),
+    speed=Speed(mode="update", freshness_time="window_start"),
+)
+def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
+    from pyspark.sql import functions as F
+
+    buyers = distinct_count("user_id", context)
+    return (
+        inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
+        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), buyers.alias("unique_buyers"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "category",
+            "revenue",
+            "orders",
+            "unique_buyers",
+            F.to_date("window.start").alias("date"),
+        )
+    )
+
+
+def order_precedence(row: str) -> list[str]:
+    """Which row of an order counts: paid (window matched) before unpaid (window closed) before
+    pending (window open); of two payments the earlier, then the lower id."""
+    status_rank = f"CASE {row}status WHEN 'paid' THEN 0 WHEN 'unpaid' THEN 1 ELSE 2 END"
+    return [status_rank, f"{row}pay_time", f"{row}payment_id"]
+
+
+def pending_orders(orders: DataFrame) -> DataFrame:
+    """Orders whose join window is still open, as order_payments rows (speed layer only)."""
+    from pyspark.sql import functions as F
+
+    return orders.select(
+        "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
+        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
+        F.lit(None).cast("timestamp").alias("pay_time"), F.lit("pending").alias("status"),
+        F.to_date("event_time").alias("date"),
+    )
+
+
+def best_order_status(rows: DataFrame) -> DataFrame:
+    """One row per order, by :func:`order_precedence`."""
+    return best_per_key(rows, ["order_id"], order_precedence)
+
+
+def late_paid_orders(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+    """Orders paid in the batch view whose speed row is missing or not paid."""
+    from pyspark.sql import functions as F
+
+    speed_status = speed.select("order_id", F.col("status").alias("speed_status"))
+    return (
+        batch.where(F.col("status") == "paid")
+        .join(speed_status, "order_id", "left")
+        .where(F.col("speed_status").isNull() | (F.col("speed_status") != "paid"))
+    )
+
+
+@view(
+    inputs=("orders", "payments"),
+    fields="order_id string, user_id string, category string, amount double, order_time timestamp, "
+    "payment_id string, paid_amount double, pay_time timestamp, status string, date date",
+    keys=("order_id",),
+    key_time="order_time",
+    lookahead={"payments": lambda settings: settings.join_window},
+    metrics={
+        "rows": "count(*)",
+        "paid": "count_if(status = 'paid')",
+        "unpaid": "count_if(status = 'unpaid')",
+        "pending": "count_if(status = 'pending')",
+        "paid_amount": money_sum_sql("paid_amount"),
+    },
+    drift_metrics=("rows",),
+    differences=Differences(
+        table="recovered_late_matches",
+        extra_fields="speed_status string",
+        rows=late_paid_orders,
+        metrics={"late_matches_recovered": "count(*)"},
+    ),
+    speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence),
+)
+def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+    """Each order with the first payment whose time lies in ``[order_time, order_time + join
+    window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
+    ``pending`` (its window is open); the stored row then follows :func:`order_precedence`."""
+    from pyspark.sql import functions as F
+
+    orders, payments = inputs["orders"], inputs["payments"]
+    order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
+    payment = payments.select(
+        "payment_id",
+        F.col("order_id").alias("paid_order_id"),
+        F.col("amount").alias("paid_amount"),
+        F.col("event_time").alias("pay_time"),
+    )
+    window_end = F.col("order_time") + F.expr(f"INTERVAL {spark_interval(context.settings.join_window)}")
+    matches = (
+        (F.col("order_id") == F.col("paid_order_id"))
+        & (F.col("pay_time") >= F.col("order_time"))
+        & (F.col("pay_time") <= window_end)
+    )
+    joined = order.join(payment, matches, "leftOuter").select(
+        "order_id", "user_id", "category", "amount", "order_time",
+        "payment_id", "paid_amount", "pay_time",
+        F.when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
+        F.to_date("order_time").alias("date"),
+    )
+    if context.exact:
+        return best_order_status(joined)
+    return joined.unionByName(pending_orders(orders))
