@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from include.config import Settings
@@ -88,9 +89,24 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     else:
         interval = query_trigger_intervals(settings)[name]
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
-    query = writer.option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
+    checkpoint = settings.checkpoints_dir / name
+    remove_torn_writes(checkpoint)
+    query = writer.option("checkpointLocation", str(checkpoint)).start()
     _take_settings_now(query)
     return query
+
+
+def remove_torn_writes(checkpoint: Path) -> None:
+    """Delete what a killed run left half-written in a query's offset and commit logs.
+
+    Spark writes each log file under a temporary name (``.<batch>.<uuid>.tmp``) and renames it;
+    a ``kill -9`` in between leaves the temporary file, and Spark 4.2 then refuses to start a
+    query that has committed no batch yet ("should be empty on batch 0"). Only this stream
+    writes its checkpoints, and it is not running yet."""
+    for log_dir in (checkpoint / "offsets", checkpoint / "commits"):
+        for leftover in [*log_dir.glob(".*.tmp"), *log_dir.glob(".*.tmp.crc")]:
+            log.warning("removing %s, left half-written by a run that was killed", leftover)
+            leftover.unlink(missing_ok=True)
 
 
 def _take_settings_now(query: StreamingQuery) -> None:

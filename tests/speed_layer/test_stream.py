@@ -108,6 +108,17 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
     assert not any((settings.feeds_dir / "_staging").iterdir())
 
 
+def test_a_log_file_a_killed_run_left_half_written_does_not_stop_the_restart(spark, settings, land):
+    """A kill -9 while Spark writes a query's first offset file leaves its temporary file behind;
+    the restarted stream removes it instead of failing ("should be empty on batch 0")."""
+    land("orders", "0001", [order("o1", 0)])
+    torn = settings.checkpoints_dir / ingest.QUERY / "offsets" / ".0.5f1c2d3e-0000-4000-8000-000000000000.tmp"
+    torn.parent.mkdir(parents=True)
+    torn.write_text('v1\n{"batchWatermarkMs":0,')
+    store = run_stream(settings.model_copy(update={"speed_views": "revenue_by_category_5m"}), available_now=True)
+    assert not torn.exists() and store.read(tables.silver("orders")).count() == 1
+
+
 def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     land("orders", "0001", [order("o1", 0, 10.0), order("o2", 20, 5.0)])
     land("orders", "0002", [order("o3", 2, 7.0), order("o4", 21, 1.0)])  # o3: 10:02 <= 10:20 - 10 min
