@@ -458,9 +458,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bronze: str) -> dict:
+def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bronze: str, design: str) -> dict:
     """One live stream at ``rate`` events/s (``views``: `all` or ``stream --views``; ``triggers``: ``stream
-    --view-triggers``; ``bronze``: ``stream --bronze-trigger``) on a fresh home while files land,
+    --view-triggers``; ``bronze``: ``stream --bronze-trigger``; ``design``: ``one-pass`` or
+    ``per-view-queries``, ``LAMBDALAKE_ONE_PASS``) on a fresh home while files land,
     watched by the ``--client``; with ``--outage``, killed and restarted on the way."""
     from include.config import load_settings
 
@@ -470,7 +471,8 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
     stream = Service("stream", [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views]),
                      {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s", "LAMBDALAKE_VIEW_TRIGGERS": triggers,
-                      "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze}, settings.run_dir)
+                      "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze,
+                      "LAMBDALAKE_ONE_PASS": str(design == "one-pass").lower()}, settings.run_dir)
     server = client = None
     if args.client == "http":
         port, token = free_port(), secrets.token_urlsafe(32)
@@ -478,7 +480,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                          {**env, "LAMBDALAKE_SERVE_TOKEN": token}, settings.run_dir)
         client = HttpClient(port, token)
     services = [service for service in (stream, server) if service]
-    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze)
+    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze, design)
     lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
@@ -546,20 +548,22 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                 server.stop(30)
         finally:
             stream.stop(STOP_SECONDS)
-    return {"rate": rate, "views": views, "triggers": triggers, "bronze": bronze, "intervals": intervals, "seen": seen,
+    return {"rate": rate, "views": views, "triggers": triggers, "bronze": bronze, "design": design,
+            "intervals": intervals, "seen": seen,
             "renamed": dict(lander.renamed), "started": lander.started, "counts": lander.counts, "marks": marks,
             "outage": outage, "memory": sampler.samples, "state_series": state_series(settings, started_at),
             "interrupted": interrupted}
 
 
-def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str) -> dict[str, float]:
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str, design: str) -> dict[str, float]:
     """The micro-batch interval of each of the stream's queries, in seconds, as the stream
     started with these options takes them."""
     from include.config import load_settings
     from speed_layer.runner import query_trigger_intervals
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
-                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
+                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views,
+                             one_pass=design == "one-pass")
     return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
@@ -798,7 +802,7 @@ def label(run: dict) -> str:
     views = run["views"]
     named = f"{run['rate']:,} events/s, " + ("all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(",")))
     options = [f"--view-triggers {run['triggers']}"] * bool(run["triggers"]) + [f"--bronze-trigger {run['bronze']}"] * bool(run["bronze"])
-    return named + "".join(f" (`{option}`)" for option in options)
+    return named + f", {run['design']}" + "".join(f" (`{option}`)" for option in options)
 
 
 def main() -> None:
@@ -815,6 +819,8 @@ def main() -> None:
                         help="`stream --view-triggers` settings (VIEW=DURATION,...; '' for none): one run per setting and view set")
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): one run per setting too")
+    parser.add_argument("--designs", nargs="+", choices=("one-pass", "per-view-queries"), default=["one-pass"],
+                        help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false): one run per design too")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
                         help="http: `lambdalake serve` asked over HTTP (default); in-process: a serving engine in this process")
     parser.add_argument("--outage", type=int, default=0, help="seconds the stream stays killed, files still landing (0: none)")
@@ -828,8 +834,9 @@ def main() -> None:
     if args.outage and not args.warmup < args.outage_at < args.seconds - args.outage - CAUGHT_UP_FILES:
         parser.error(f"the outage must start after the warm-up and end {CAUGHT_UP_FILES} s before the landing does")
     runs = []
-    for rate, views, triggers, bronze in product(args.events_per_second, args.views, args.view_triggers, args.bronze_triggers):
-        runs.append(measure(args, rate, views, triggers, bronze))
+    for rate, views, triggers, bronze, design in product(args.events_per_second, args.views, args.view_triggers,
+                                                         args.bronze_triggers, args.designs):
+        runs.append(measure(args, rate, views, triggers, bronze, design))
         if runs[-1]["interrupted"] is not None:
             break
     text = report(args, runs)

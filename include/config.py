@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (docs/speed-layer.md).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
+    # Ingest computes the views whose rows add up in its own micro-batch (speed_layer/view_pass.py);
+    # false: each runs a streaming query of its own, as before (kept to measure the two side by side).
+    one_pass: bool = True
     # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # Ingest's and the seconds-fresh views' micro-batch interval: a landed file is picked up within

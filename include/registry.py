@@ -35,7 +35,7 @@ def struct(fields: str) -> StructType:
 
     spark_types = {
         "string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType(), "int": T.IntegerType(),
-        "boolean": T.BooleanType(), "date": T.DateType(), "timestamp": T.TimestampType(),
+        "boolean": T.BooleanType(), "date": T.DateType(), "timestamp": T.TimestampType(), "binary": T.BinaryType(),
     }
     spark_types |= {f"array<{name}>": T.ArrayType(kind) for name, kind in list(spark_types.items())}
     parsed = []
@@ -97,6 +97,25 @@ class Differences:
 
 
 @dataclass(frozen=True)
+class Partials:
+    """How a view's rows add up (a monoid, as Summingbird has it): the definition run on any part
+    of its input gives *partial* rows, and the partial rows of one key merge into the row the
+    whole input gives. The speed layer runs the definition on each micro-batch alone, so it keeps
+    no streaming state; the batch layer runs it on the whole day."""
+
+    # column -> SQL aggregate over a key's partial rows (Spark SQL; for ``merged="read"`` also
+    # serving's DuckDB). Columns not listed belong to the key (e.g. ``window_end``, ``date``).
+    merge: Mapping[str, str]
+    # Stored with the speed rows only, for the merge (``"name type, …"``: a distinct-count sketch,
+    # exact sums behind a mean); the definition gives them when ``context.exact`` is False.
+    state: str = ""
+    # "write": the partials are merged into the stored row when written (one row per key; state
+    # that stays small per key). "read": they are appended, and readers merge a key's rows (state
+    # that grows with the window, e.g. the list of the orders counted).
+    merged: Literal["write", "read"] = "write"
+
+
+@dataclass(frozen=True)
 class Speed:
     """What only the speed layer (and serving, reading its table) needs to know of a view."""
 
@@ -112,13 +131,12 @@ class Speed:
     # Called with the rows whose key is new to the speed table and the micro-batch's transaction
     # id, before they are stored (a replay calls it again for rows it did not get to store).
     announce: Callable[[Settings, list[dict], Txn], None] | None = None
-    # Non-empty: the speed layer keeps no streaming state for the view. It runs the definition on
-    # each micro-batch of its one input alone and appends those rows; readers add up a key's rows
-    # with these aggregates (column -> SQL aggregate; :func:`combined`, and serving in DuckDB, so
-    # a served column's aggregate must be SQL both run). Columns not listed belong to the key
-    # (e.g. ``window_end``, ``date``). For aggregates that grow with the window (lists of what was
-    # counted): neither Spark's state nor the stored row is rewritten each micro-batch.
-    combine: Mapping[str, str] = field(default_factory=dict)
+    # A view whose rows add up (:class:`Partials`): the ingest pass computes it from each
+    # micro-batch alone and merges the partial rows, instead of a streaming query of its own.
+    partials: Partials | None = None
+    # Rows the ingest pass stores at once from a micro-batch's events (``inputs -> rows``) while
+    # the view's own query still waits for more (an order shown ``pending`` until its payment).
+    provisional: Callable[[Mapping[str, DataFrame]], DataFrame] | None = None
     # How often the continuous stream updates the view, when less often than its trigger interval
     # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
     # so a view that need not be fresh to the second leaves them to those that must.
@@ -158,11 +176,10 @@ class ViewSpec:
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
 
     def __post_init__(self) -> None:
-        if self.speed.combine and len(self.inputs) != 1:
-            raise ValueError(f"view '{self.name}': combine needs exactly one input topic, it has {self.inputs}")
-        unknown = [name for name in self.speed.combine if name not in column_names(self.fields)]
+        partials = self.speed.partials
+        unknown = [name for name in (partials.merge if partials else ()) if name not in column_names(self.speed_fields)]
         if unknown:
-            raise ValueError(f"view '{self.name}': combine names {unknown}, which are not its columns")
+            raise ValueError(f"view '{self.name}': its partials merge {unknown}, which are not its columns")
         if self.kind == "fact" and self.key_time not in column_names(self.fields):
             raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, not '{self.key_time}'")
 
@@ -177,6 +194,13 @@ class ViewSpec:
     def speed_query(self) -> str:
         """The name of the streaming query that keeps the speed table (its metrics' ``query``)."""
         return f"speed_{self.name}"
+
+    @property
+    def in_ingest_pass(self) -> bool:
+        """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py;
+        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up, and it looks up no dimension (whose
+        table the dimension's own query keeps)."""
+        return self.speed.partials is not None and not self.lookups
 
     @property
     def merge_on(self) -> tuple[str, ...]:
@@ -197,6 +221,16 @@ class ViewSpec:
         return struct(self.fields)
 
     @property
+    def speed_fields(self) -> str:
+        """The speed table's columns: the view's, then the state its partials merge."""
+        state = self.speed.partials.state if self.speed.partials else ""
+        return f"{self.fields}, {state}" if state else self.fields
+
+    @property
+    def speed_schema(self) -> StructType:
+        return struct(self.speed_fields)
+
+    @property
     def differences_schema(self) -> StructType:
         extra = self.differences.extra_fields
         return struct(f"{self.fields}, {extra}" if self.differences.view_fields else extra)
@@ -207,9 +241,10 @@ class ViewSpec:
         return [name for name in column_names(self.fields) if name != "date" and name not in self.hidden]
 
     @property
-    def combined_by(self) -> list[str]:
-        """A ``combine`` view's columns that identify the rows added up (all but the combined)."""
-        return [name for name in column_names(self.fields) if name not in self.speed.combine]
+    def merged_by(self) -> list[str]:
+        """The columns that identify the partial rows merged into one (all but the merged)."""
+        merge = self.speed.partials.merge if self.speed.partials else {}
+        return [name for name in column_names(self.speed_fields) if name not in merge]
 
     @property
     def compared(self) -> list[str]:
@@ -234,22 +269,28 @@ def view(**declared: object) -> Callable[[Callable[[Mapping[str, DataFrame], Vie
     return declare
 
 
-def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
-    """A view's speed rows, one per key: a ``combine`` view's rows of a key (one per micro-batch
-    that touched it) added up; any other view's as stored."""
+def merged_partials(view: ViewSpec, rows: DataFrame) -> DataFrame:
+    """A view's partial rows merged, one per key (its speed columns)."""
     from pyspark.sql import functions as F
 
-    if not view.speed.combine:
+    merged = [F.expr(sql).alias(name) for name, sql in view.speed.partials.merge.items()]
+    return rows.groupBy(*view.merged_by).agg(*merged).select(*column_names(view.speed_fields))
+
+
+def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
+    """A view's speed rows as its columns, one per key (partials merged when read are merged)."""
+    partials = view.speed.partials
+    if partials is None:
         return rows
-    added = [F.expr(sql).alias(name) for name, sql in view.speed.combine.items()]
-    return rows.groupBy(*view.combined_by).agg(*added).select(*column_names(view.fields))
+    return (merged_partials(view, rows) if partials.merged == "read" else rows).select(*column_names(view.fields))
 
 
 def combined_sql(view: ViewSpec, relation: str) -> str:
-    """:func:`combined` of a ``combine`` view in SQL over ``relation``, its served columns only
-    (serving's DuckDB runs it)."""
-    added = [f"{sql} AS {name}" for name, sql in view.speed.combine.items() if name not in view.hidden]
-    return f"SELECT {', '.join([*view.combined_by, *added])} FROM {relation} GROUP BY {', '.join(view.combined_by)}"
+    """:func:`combined` of a view whose partials are merged when read, in SQL over ``relation``,
+    its served columns only (serving's DuckDB runs it)."""
+    merge = view.speed.partials.merge
+    merged = [f"{sql} AS {name}" for name, sql in merge.items() if name not in view.hidden]
+    return f"SELECT {', '.join([*view.merged_by, *merged])} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 
 
 def input_topics(views: list[ViewSpec]) -> tuple[str, ...]:

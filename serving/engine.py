@@ -84,8 +84,8 @@ VIEWS_SQL = {
     "ops_alerts": "SELECT * FROM _ops_alerts",
     "supervisor_events": "SELECT * FROM _supervisor_events",
 }
-# Speed relations of ``combine`` views: stored as a row per key and micro-batch, added up when read.
-COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.combine}
+# Speed relations of views whose partials are merged when read (a row per key and micro-batch).
+COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.partials and view.speed.partials.merged == "read"}
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
@@ -190,6 +190,8 @@ class ServingEngine:
             for field in declared:  # a table an older version made lacks the newer columns: nulls
                 if field.name not in schema.names:
                     schema = schema.append(field)
+            # Only the declared columns are served (not, e.g., the sketches a speed view merges).
+            schema = pa.schema([field for field in schema if field.name in declared.names])
         table = f"{LOADED}.{relation}"
         if held is None or schema != held.schema:  # first load, or the schema evolved
             self.connection.register("_incoming", _rows(schema, fragments.values()))

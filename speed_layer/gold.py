@@ -6,9 +6,10 @@ stateful operators (window aggregation, stream-stream join, …) and merges its 
 view's speed table with ``(query, batch_id)`` transaction ids. Late events never reach a fact
 view's feed, so those views drop exactly what ``late_events`` lists; a dimension gets its late
 changes too. A view that looks up a dimension joins the dimension's speed table as it stands
-at each micro-batch. A view that declares ``combine`` keeps no state: its query runs the
-definition on each micro-batch and appends the result, which readers add up per key
-(:class:`CombineBatch`).
+at each micro-batch. Views whose rows add up (``partials``) need no query of their own: ingest
+computes them in its micro-batch (:mod:`speed_layer.view_pass`), except one that looks up a
+dimension, whose query runs the definition on each micro-batch alone and appends the partial rows,
+which readers merge per key (:class:`CombineBatch`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ class MergeBatch:
 
 
 class CombineBatch:
-    """``foreachBatch`` of a view without streaming state (:attr:`Speed.combine`): the
+    """``foreachBatch`` of a view without streaming state (partials merged when read): the
     definition on this micro-batch alone, appended exactly once. Readers add up a key's rows
     (:func:`include.registry.combined`), so a micro-batch costs its own rows, not the window's."""
 
@@ -86,22 +87,23 @@ class CombineBatch:
         if self.store.is_committed(view.speed_table, txn):
             return
         inputs = {view.inputs[0]: batch, **{name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}}
-        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*view.schema.fieldNames())
+        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*view.speed_schema.fieldNames())
         self.store.append(view.speed_table, rows, txn)
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
-    store.ensure_table(view.speed_table, view.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
+    store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
     dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
     for dimension in dimensions:
         store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
-    if view.speed.combine:  # no state, so no watermark: ingest left the late events out already
+    if view.speed.partials and view.speed.partials.merged == "read":  # no state, so no watermark: ingest left
+        # the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)
         return feed.writeStream.queryName(view.speed_query).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
-    rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.schema.fieldNames())
+    rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.speed_schema.fieldNames())
     return rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
 
 
@@ -118,14 +120,16 @@ def runs_no_data_batches(query: str) -> bool:
 
 def trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each Gold query's micro-batch interval when the stream runs continuously."""
-    return {VIEWS_BY_NAME[name].speed_query: interval for name, interval in speed_trigger_intervals(settings).items()}
+    views = [VIEWS_BY_NAME[name] for name in speed_trigger_intervals(settings)]
+    return {view.speed_query: speed_trigger_intervals(settings)[view.name] for view in views
+            if not (settings.one_pass and view.in_ingest_pass)}
 
 
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
     """A streaming query per view the speed layer maintains, by query name, in two phases: the
     dimensions, then the views that may look them up (``--available-now`` runs the phases one
     after the other, so a backlog's orders are enriched with every change landed before them)."""
-    views = speed_views(settings)
+    views = [view for view in speed_views(settings) if not (settings.one_pass and view.in_ingest_pass)]
     return [
         {view.speed_query: view_writer(spark, settings, store, view) for view in views if view.kind == kind}
         for kind in ("dimension", "fact")

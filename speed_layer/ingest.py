@@ -38,6 +38,7 @@ from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_views
 from include.views.rules import first_copies
+from speed_layer.view_pass import ViewPass
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -63,6 +64,14 @@ def feed_schema() -> StructType:
     fields = [StructField(record_column(t), tables.nullable(TOPICS[t].schema)) for t in FEED_TOPICS]
     times = [f for f in tables.silver_schema(FEED_TOPICS[0]).fields if f.name in ("event_time", "arrived_at")]
     return StructType([*fields, *times])
+
+
+def on_time_events(batch: DataFrame, topic: str) -> DataFrame:
+    """A topic's on-time events of a flagged micro-batch: its typed fields, event and arrival time
+    (the shape the speed side of a view reads)."""
+    extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
+    return batch.where((F.col("topic") == topic) & ~F.col("rejected") & ~F.col("is_late")).select(
+        f"{record_column(topic)}.*", *extra, "arrived_at")
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
@@ -102,7 +111,10 @@ class IngestBatch:
 
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
-        self.feed_topics = input_topics(speed_views(settings))  # what the Gold queries will read
+        views = speed_views(settings)
+        self.view_pass = ViewPass(settings, store, views if settings.one_pass else [])
+        # What the Gold queries will read.
+        self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
         for topic in topics:
             store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
         store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
@@ -178,6 +190,8 @@ class IngestBatch:
         # submitted together, their start-up overlaps instead of adding up.
         writes = [self._writers.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
         writes.append(self._writers.submit(self._write_feeds, batch, tasks, batch_id, feed_topics))
+        fed = {topic for topic, count in counts.items() if count["silver_rows"] > count["late_rows"]}
+        writes += [self._writers.submit(write) for write in self.view_pass.writes(lambda t: on_time_events(batch, t), fed, txn)]
         for write in writes:
             write.result()
         now = datetime.now(timezone.utc)

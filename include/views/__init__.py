@@ -47,13 +47,18 @@ def speed_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each speed view's micro-batch interval when the stream runs continuously: its own from
     ``LAMBDALAKE_VIEW_TRIGGERS``, else ``LAMBDALAKE_TRIGGER_INTERVAL`` or, if longer, its spec's
     ``refresh``. A view that need not be fresh within seconds, on a longer interval, leaves the
-    cores to those that must be."""
+    cores to those that must be. A view ingest computes comes with every ingest micro-batch."""
     given = settings.view_trigger_intervals
     unknown = [name for name in given if name not in VIEWS_BY_NAME]
     if unknown:
         raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: unknown view "
                           f"{', '.join(map(repr, unknown))} (views: {', '.join(VIEWS_BY_NAME)})")
-    return {view.name: given.get(view.name, max(settings.trigger_interval, view.speed.refresh or timedelta(0)))
+    in_ingest = [name for name in given if settings.one_pass and VIEWS_BY_NAME[name].in_ingest_pass]
+    if in_ingest:
+        raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: ingest computes "
+                          f"{', '.join(map(repr, in_ingest))} in its own micro-batches (LAMBDALAKE_TRIGGER_INTERVAL)")
+    return {view.name: settings.trigger_interval if settings.one_pass and view.in_ingest_pass
+            else given.get(view.name, max(settings.trigger_interval, view.speed.refresh or timedelta(0)))
             for view in speed_views(settings)}
 
 

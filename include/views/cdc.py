@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from include.registry import Differences, Speed, ViewContext, ViewSpec, rows_that_differ, view
+from include.registry import Differences, Partials, Speed, ViewContext, ViewSpec, rows_that_differ, view
 from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
 
 if TYPE_CHECKING:
@@ -145,12 +145,12 @@ def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSp
         mode="update", freshness_time="window_start", refresh=DASHBOARD_REFRESH,
         # The counted orders grow with the window: a stateful query would rewrite its whole
         # list into state on every micro-batch, and a merged row would be rewritten likewise.
-        combine={
+        partials=Partials(merged="read", merge={
             "revenue": money_sum_sql("revenue"),
             "orders": "CAST(sum(orders) AS BIGINT)",
             **{name: f"array_sort(flatten(collect_list(arrays_zip(order_ids, order_amounts)))).{name}"
                for name in ("order_ids", "order_amounts")},
-        },
+        }),
     ),
 )
 def revenue_by_segment_1h(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from include.config import spark_interval
-from include.registry import Differences, Speed, ViewContext, ViewSpec, best_per_key, view
-from include.views.rules import distinct_count, money_sum_sql
+from include.registry import Differences, Partials, Speed, ViewContext, ViewSpec, best_per_key, view
+from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -29,26 +29,21 @@ REVENUE_WINDOW = "5 minutes"
         "unique_buyers": "sum(unique_buyers)",
     },
     drift_metrics=("rows", "revenue", "orders"),
-    speed=Speed(mode="update", freshness_time="window_start"),
+    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(
+        merge={"revenue": money_sum_sql("revenue"), "orders": "CAST(sum(orders) AS BIGINT)",
+               **merged_distinct_count("unique_buyers")},
+        state=f"{sketch_of('unique_buyers')} binary",
+    )),
 )
 def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
     from pyspark.sql import functions as F
 
-    buyers = distinct_count("user_id", context)
-    return (
-        inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category")
-        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), buyers.alias("unique_buyers"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "category",
-            "revenue",
-            "orders",
-            "unique_buyers",
-            F.to_date("window.start").alias("date"),
-        )
-    )
+    counted = inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category").agg(
+        F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
+        *distinct_count("user_id", "unique_buyers", context))
+    return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                          *[name for name in counted.columns if name != "window"], F.to_date("window.start").alias("date"))
 
 
 def order_precedence(row: str) -> list[str]:
@@ -108,7 +103,8 @@ def late_paid_orders(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Data
         rows=late_paid_orders,
         metrics={"late_matches_recovered": "count(*)"},
     ),
-    speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence),
+    speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence,
+                provisional=lambda inputs: pending_orders(inputs["orders"])),
 )
 def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Each order with the first payment whose time lies in ``[order_time, order_time + join

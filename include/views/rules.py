@@ -36,19 +36,33 @@ def hll_lg_k(rsd: float) -> int:
     return min(21, max(4, math.ceil(math.log2((1.04 / rsd) ** 2))))
 
 
-def distinct_count(column: str, context: ViewContext) -> Column:
-    """Exact in the batch; in the stream an HLL sketch (``LAMBDALAKE_APPROX_DISTINCT_RSD``), since
-    exact distinct counts would keep every value of every open window in state.
+def distinct_count(column: str, name: str, context: ViewContext) -> list[Column]:
+    """The number of distinct ``column`` values as ``name``: exact in the batch; in the stream
+    estimated from an HLL sketch (``LAMBDALAKE_APPROX_DISTINCT_RSD``), which is also given, as
+    :func:`sketch_of` ``name``, for partial rows to merge (:func:`merged_distinct_count`).
 
     DataSketches' ``hll_sketch_agg``, not ``approx_count_distinct``: HyperLogLog++'s buffer is one
     field per 10 registers, and Spark generates code for a buffer of that width in every task of
     the aggregation (benchmarks/DECISIONS.md). A DataSketches sketch is one binary field, and exact
-    while a window has few distinct values."""
+    while a window has few distinct values. (Spark computes the aggregate once for both columns.)"""
     from pyspark.sql import functions as F
 
     if context.exact:
-        return F.count_distinct(column)
-    return F.hll_sketch_estimate(F.hll_sketch_agg(column, hll_lg_k(context.settings.approx_distinct_rsd)))
+        return [F.count_distinct(column).alias(name)]
+    sketch = F.hll_sketch_agg(column, hll_lg_k(context.settings.approx_distinct_rsd))
+    return [F.hll_sketch_estimate(sketch).alias(name), sketch.alias(sketch_of(name))]
+
+
+def sketch_of(name: str) -> str:
+    """The column holding the sketch behind the distinct count ``name`` in partial rows."""
+    return f"{name}_sketch"
+
+
+def merged_distinct_count(name: str) -> dict[str, str]:
+    """:attr:`include.registry.Partials.merge` of a :func:`distinct_count`: the sketches' union
+    and its estimate (sketches of another ``lg_k``, from an earlier setting, merge too)."""
+    union = f"hll_union_agg({sketch_of(name)}, true)"
+    return {name: f"hll_sketch_estimate({union})", sketch_of(name): union}
 
 
 def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | None = None) -> DataFrame:

@@ -98,10 +98,13 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     from include.views import speed_trigger_intervals
 
     chosen = settings.model_copy(update={"trigger_interval": timedelta(seconds=2),
-                                         "view_triggers": " user_sessions = 30s, traffic_by_page_10m=1 minute,"})
+                                         "view_triggers": " user_sessions = 30s, device_health_5m=1 minute,"})
     intervals = speed_trigger_intervals(chosen)
-    assert intervals["user_sessions"] == timedelta(seconds=30) and intervals["traffic_by_page_10m"] == timedelta(minutes=1)
+    assert intervals["user_sessions"] == timedelta(seconds=30) and intervals["device_health_5m"] == timedelta(minutes=1)
     assert intervals["order_payments"] == timedelta(seconds=2)
+    assert intervals["traffic_by_page_10m"] == timedelta(seconds=2)  # ingest computes it, in its micro-batches
+    with pytest.raises(ConfigError, match="ingest computes 'traffic_by_page_10m' in its own micro-batches"):
+        speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s"}))
     # Given explicitly, an interval may also be shorter than the view's refresh.
     assert speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "user_sessions=1s"}))["user_sessions"] == timedelta(seconds=1)
     with pytest.raises(ConfigError, match="LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'"):
@@ -115,10 +118,10 @@ def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings)
     fast = settings.model_copy(update={"trigger_interval": timedelta(seconds=1)})
     intervals = speed_trigger_intervals(fast)
     assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
-        "revenue_by_category_5m", "order_payments", "alerts"}
+        "revenue_by_category_5m", "traffic_by_page_10m", "order_payments", "alerts"}
     assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {
         view.name for view in VIEWS if view.speed.refresh} == {
-        "traffic_by_page_10m", "device_health_5m", "user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
+        "device_health_5m", "user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
     # A trigger interval longer than a view's refresh holds for it too.
     slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})
     assert set(speed_trigger_intervals(slow).values()) == {timedelta(minutes=2)}
