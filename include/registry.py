@@ -12,6 +12,7 @@ schema is asked for: columns are declared as ``"name type, …"`` and metrics as
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -24,9 +25,14 @@ if TYPE_CHECKING:
     from include.config import Settings
     from include.lakehouse import Txn
 
+def declared_columns(fields: str) -> list[tuple[str, str]]:
+    """``"name type, name decimal(28,2)"`` as (name, type) pairs."""
+    return [tuple(declared.split()) for declared in re.split(r",(?![^(]*\))", fields)]
+
+
 def column_names(fields: str) -> list[str]:
     """The names of ``"name type, name type"``."""
-    return [declared.split()[0] for declared in fields.split(",")]
+    return [name for name, _ in declared_columns(fields)]
 
 
 def struct(fields: str) -> StructType:
@@ -39,10 +45,13 @@ def struct(fields: str) -> StructType:
     }
     spark_types |= {f"array<{name}>": T.ArrayType(kind) for name, kind in list(spark_types.items())}
     parsed = []
-    for declared in fields.split(","):
-        name, kind = declared.split()
+    for name, kind in declared_columns(fields):
+        decimal = re.fullmatch(r"decimal\((\d+),(\d+)\)", kind)
+        if decimal:
+            spark_types[kind] = T.DecimalType(int(decimal[1]), int(decimal[2]))
         if kind not in spark_types:
-            raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}")
+            raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}, "
+                             "decimal(p,s)")
         parsed.append(T.StructField(name, spark_types[kind]))
     return T.StructType(parsed)
 
@@ -273,7 +282,8 @@ def merged_partials(view: ViewSpec, rows: DataFrame) -> DataFrame:
     """A view's partial rows merged, one per key (its speed columns)."""
     from pyspark.sql import functions as F
 
-    merged = [F.expr(sql).alias(name) for name, sql in view.speed.partials.merge.items()]
+    types = {field.name: field.dataType for field in view.speed_schema.fields}
+    merged = [F.expr(sql).cast(types[name]).alias(name) for name, sql in view.speed.partials.merge.items()]
     return rows.groupBy(*view.merged_by).agg(*merged).select(*column_names(view.speed_fields))
 
 

@@ -5,13 +5,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from include.registry import Speed, ViewContext, view
-from include.views.rules import DASHBOARD_REFRESH, exact_sum_sql
+from include.registry import Partials, Speed, ViewContext, column_names, declared_columns, view
+from include.views.rules import exact_sum_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 DEVICE_WINDOW = "5 minutes"
+
+
+# Exact decimal sums (the types Spark gives their sums), so any split into micro-batches agrees
+# with the whole to the last digit.
+SUMS = "temperature_sum decimal(28,2), temperature_squares decimal(38,4), humidity_sum decimal(28,2)"
+
+
+def statistics_sql(readings: str, temperature: str, squares: str, humidity: str) -> dict[str, str]:
+    """The served statistics from the count and the exact sums (n, Σx, Σx²): the definition's
+    from its aggregates, the merge's from the merged partial sums."""
+    return {
+        "avg_temperature": f"CAST({temperature} / {readings} AS DOUBLE)",
+        # n·Σx² − (Σx)² is exact and never negative; one reading has no sample deviation.
+        "stddev_temperature": f"CASE WHEN {readings} > 1 THEN sqrt(CAST({readings} * {squares} - {temperature} * {temperature} "
+        f"AS DOUBLE) / ({readings} * ({readings} - 1))) END",
+        "avg_humidity": f"CAST({humidity} / {readings} AS DOUBLE)",
+    }
+
+
+def _merged_sums() -> dict[str, str]:
+    merged = {name: f"CAST(sum({name}) AS {kind.upper()})" for name, kind in declared_columns(SUMS)}
+    return {"readings": "sum(readings)", "min_temperature": "min(min_temperature)", "max_temperature": "max(max_temperature)",
+            **merged, **statistics_sql("sum(readings)", *merged.values())}
 
 
 @view(
@@ -26,7 +49,7 @@ DEVICE_WINDOW = "5 minutes"
         "max_temperature": "max(max_temperature)",
     },
     drift_metrics=("rows", "readings"),
-    speed=Speed(mode="update", freshness_time="window_start", refresh=DASHBOARD_REFRESH),
+    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(merge=_merged_sums(), state=SUMS)),
 )
 def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Tumbling 5-minute windows per device: readings, temperature mean/min/max/sample standard
@@ -35,28 +58,17 @@ def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> D
     from pyspark.sql import functions as F
 
     temperature = "CAST(temperature AS DECIMAL(18,2))"
-    return (
-        inputs["sensors"].groupBy(F.window("event_time", DEVICE_WINDOW).alias("window"), "device_id")
-        .agg(
-            F.count(F.lit(1)).alias("readings"),
-            F.expr(exact_sum_sql("temperature")).alias("_t"),
-            F.expr(f"sum({temperature} * {temperature})").alias("_t2"),
-            F.min("temperature").alias("min_temperature"),
-            F.max("temperature").alias("max_temperature"),
-            F.expr(exact_sum_sql("humidity")).alias("_h"),
-        )
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "device_id",
-            "readings",
-            F.expr("CAST(_t / readings AS DOUBLE)").alias("avg_temperature"),
-            "min_temperature",
-            "max_temperature",
-            # n·Σx² − (Σx)² is exact and never negative; one reading has no sample deviation.
-            F.expr("CASE WHEN readings > 1 THEN sqrt(CAST(readings * _t2 - _t * _t AS DOUBLE) / (readings * (readings - 1))) END")
-            .alias("stddev_temperature"),
-            F.expr("CAST(_h / readings AS DOUBLE)").alias("avg_humidity"),
-            F.to_date("window.start").alias("date"),
-        )
+    sums = (F.expr(exact_sum_sql("temperature")).alias("temperature_sum"),
+            F.expr(f"sum({temperature} * {temperature})").alias("temperature_squares"),
+            F.expr(exact_sum_sql("humidity")).alias("humidity_sum"))
+    counted = inputs["sensors"].groupBy(F.window("event_time", DEVICE_WINDOW).alias("window"), "device_id").agg(
+        F.count(F.lit(1)).alias("readings"), *sums, F.min("temperature").alias("min_temperature"),
+        F.max("temperature").alias("max_temperature"))
+    statistics = statistics_sql("readings", "temperature_sum", "temperature_squares", "humidity_sum")
+    return counted.select(
+        F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "device_id", "readings",
+        F.expr(statistics["avg_temperature"]).alias("avg_temperature"), "min_temperature", "max_temperature",
+        F.expr(statistics["stddev_temperature"]).alias("stddev_temperature"),
+        F.expr(statistics["avg_humidity"]).alias("avg_humidity"),
+        *([] if context.exact else column_names(SUMS)), F.to_date("window.start").alias("date"),
     )

@@ -15,10 +15,9 @@ from include.registry import ViewContext
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-# The continuous stream updates some views this often (``Speed.refresh``), not every trigger:
-# windows of ten minutes or more, sessions that close after 30 idle minutes, a device dashboard
-# (urgent readings are alerts), the customer dimensions and the hourly view that looks them up.
-# order_payments, revenue_by_category_5m and alerts keep every trigger.
+# The continuous stream updates some views with queries of their own this often (``Speed.refresh``),
+# not every trigger: sessions that close after 30 idle minutes, the customer dimensions and the
+# hourly view that looks them up. The views ingest computes come with each of its micro-batches.
 DASHBOARD_REFRESH = timedelta(seconds=30)
 # Which copy of a duplicated event counts, in both layers: the first to arrive (then the
 # first file, then the smallest bytes, so equal arrivals still pick one copy deterministically).
