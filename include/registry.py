@@ -16,9 +16,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -124,6 +125,33 @@ class Partials:
     merged: Literal["write", "read"] = "write"
 
 
+class PassStep(Protocol):
+    """One micro-batch as the ingest pass hands it to a view's ``incremental`` function
+    (speed_layer/view_pass.py). Its reads see the tables as the micro-batch found them."""
+
+    settings: Settings
+
+    def events(self, topic: str) -> pa.Table:
+        """The topic's on-time events of the micro-batch: typed fields, ``event_time``, ``arrived_at``."""
+
+    def watermark(self, topic: str, after: bool = False) -> datetime | None:
+        """The topic's watermark when the micro-batch arrived (``after``: with its events counted)."""
+
+    def stored(self, table: str, fields: str, where: str) -> pa.Table:
+        """``fields`` (``"name type, …"``) of a table's rows matching SQL ``where`` (empty if no table)."""
+
+    def frame(self, rows: pa.Table, fields: str) -> DataFrame:
+        """Arrow rows as a Spark DataFrame of ``fields``."""
+
+    def keep(self, table: str, rows: pa.Table, fields: str) -> None:
+        """Append rows to a table of the view's own state, in the micro-batch's transaction."""
+
+    def forget(self, table: str, where: str) -> None:
+        """Now and then (every ``FORGET_EVERY`` micro-batches), delete the state rows matching SQL
+        ``where``: rows that can no longer change a result, so deleting them again on a replay is
+        harmless."""
+
+
 @dataclass(frozen=True)
 class Speed:
     """What only the speed layer (and serving, reading its table) needs to know of a view."""
@@ -143,9 +171,9 @@ class Speed:
     # A view whose rows add up (:class:`Partials`): the ingest pass computes it from each
     # micro-batch alone and merges the partial rows, instead of a streaming query of its own.
     partials: Partials | None = None
-    # Rows the ingest pass stores at once from a micro-batch's events (``inputs -> rows``) while
-    # the view's own query still waits for more (an order shown ``pending`` until its payment).
-    provisional: Callable[[Mapping[str, DataFrame]], DataFrame] | None = None
+    # A view whose state is more than a monoid, kept by the ingest pass all the same: given one
+    # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``).
+    incremental: Callable[[PassStep], DataFrame] | None = None
     # How often the continuous stream updates the view, when less often than its trigger interval
     # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
     # so a view that need not be fresh to the second leaves them to those that must.
@@ -207,9 +235,9 @@ class ViewSpec:
     @property
     def in_ingest_pass(self) -> bool:
         """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py;
-        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up, and it looks up no dimension (whose
-        table the dimension's own query keeps)."""
-        return self.speed.partials is not None and not self.lookups
+        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up and it looks up no dimension (whose
+        table the dimension's own query keeps), or it says how the pass keeps it (``incremental``)."""
+        return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
 
     @property
     def merge_on(self) -> tuple[str, ...]:

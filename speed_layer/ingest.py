@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -38,7 +39,7 @@ from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_views
 from include.views.rules import first_copies
-from speed_layer.view_pass import ViewPass
+from speed_layer.view_pass import MicroBatch, ViewPass
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,6 +73,22 @@ def on_time_events(batch: DataFrame, topic: str) -> DataFrame:
     extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
     return batch.where((F.col("topic") == topic) & ~F.col("rejected") & ~F.col("is_late")).select(
         f"{record_column(topic)}.*", *extra, "arrived_at")
+
+
+def collect_on_time(batch: DataFrame, topics: list[str]) -> dict[str, pa.Table]:
+    """:func:`on_time_events` of several topics on the driver, in one Spark job."""
+    columns = [record_column(topic) for topic in topics]
+    rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & ~F.col("is_late")).select(
+        "topic", *columns, "event_time", "arrived_at").toArrow()
+    collected = {}
+    for topic in topics:
+        part = rows.filter(pc.equal(rows["topic"], topic))
+        record = part[record_column(topic)].combine_chunks()
+        fields = {field.name: record.field(i) for i, field in enumerate(record.type)}
+        fields.setdefault("event_time", part["event_time"].combine_chunks())
+        fields["arrived_at"] = part["arrived_at"].combine_chunks()
+        collected[topic] = pa.table(fields)
+    return collected
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
@@ -190,8 +207,15 @@ class IngestBatch:
         # submitted together, their start-up overlaps instead of adding up.
         writes = [self._writers.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
         writes.append(self._writers.submit(self._write_feeds, batch, tasks, batch_id, feed_topics))
-        fed = {topic for topic, count in counts.items() if count["silver_rows"] > count["late_rows"]}
-        writes += [self._writers.submit(write) for write in self.view_pass.writes(lambda t: on_time_events(batch, t), fed, txn)]
+        delay = self.settings.watermark_delay
+        after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
+                            default=None) for topic in self.topics}
+        micro_batch = MicroBatch(
+            spark=batch.sparkSession, txn=txn,
+            fed={topic for topic, count in counts.items() if count["silver_rows"] > count["late_rows"]},
+            events=lambda topic: on_time_events(batch, topic), collect=lambda topics: collect_on_time(batch, topics),
+            watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
+        writes += [self._writers.submit(write) for write in self.view_pass.writes(micro_batch)]
         for write in writes:
             write.result()
         now = datetime.now(timezone.utc)

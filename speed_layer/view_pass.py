@@ -3,15 +3,21 @@
 A view whose rows add up (:class:`include.registry.Partials`) needs no streaming query: the
 definition runs on the micro-batch's on-time events alone, and its partial rows are merged into
 the speed table (``merged="write"``: with the stored rows of the keys they touch) or appended
-(``merged="read"``). A view with ``provisional`` rows (orders ``pending`` until paid) gets them here
-too, a micro-batch before its own query could. Every write carries ingest's transaction id
-``(speed_ingest, batch_id)``: a replayed micro-batch computes the same partials from the same
-events, and a table that has its commit already is skipped, so it merges nothing twice.
+(``merged="read"``). A view whose state is more than that says how to keep it from one
+micro-batch (``incremental``: ``order_payments`` re-runs its definition on the orders the
+micro-batch touches); its rows are merged by the view's precedence.
+
+Every write carries ingest's transaction id ``(speed_ingest, batch_id)``. A replayed micro-batch
+holds the same events and watermarks, and reads tables whose commits of that id it skips, so it
+computes the same rows and merges nothing twice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -20,39 +26,101 @@ import pyarrow.compute as pc
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.registry import ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql
+from include.registry import ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, struct
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass
+class MicroBatch:
+    """What the pass needs of one ingest micro-batch."""
+
+    spark: SparkSession
+    txn: Txn
+    fed: set[str]  # topics with on-time events
+    events: Callable[[str], DataFrame]  # a topic's on-time events (typed fields, event_time, arrived_at)
+    collect: Callable[[list[str]], dict[str, pa.Table]]  # the same for several topics, on the driver
+    watermarks: Mapping[str, datetime | None]  # at arrival
+    watermarks_after: Mapping[str, datetime | None]  # with this micro-batch's events counted
+
+
+@dataclass
+class Step:
+    """:class:`include.registry.PassStep` for one view and micro-batch."""
+
+    settings: Settings
+    store: LakehouseStore
+    batch: MicroBatch
+    topics: list[str]
+    _events: dict[str, pa.Table] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def events(self, topic: str) -> pa.Table:
+        with self._lock:
+            if self._events is None:
+                self._events = self.batch.collect(self.topics)
+        return self._events[topic]
+
+    def watermark(self, topic: str, after: bool = False) -> datetime | None:
+        return (self.batch.watermarks_after if after else self.batch.watermarks).get(topic)
+
+    def stored(self, table: str, fields: str, where: str) -> pa.Table:
+        names = column_names(fields)
+        if not self.store.exists(table):
+            return tables.arrow_schema(struct(fields)).empty_table()
+        return self.store.select_arrow(table, names, where).cast(tables.arrow_schema(struct(fields)))
+
+    def frame(self, rows: pa.Table, fields: str) -> DataFrame:
+        return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
+
+    def forget(self, table: str, where: str) -> None:
+        if self.batch.txn.version % FORGET_EVERY == 0 and self.store.exists(table):
+            self.store.delete(table, where)
+
+    def keep(self, table: str, rows: pa.Table, fields: str) -> None:
+        self.store.ensure_table(table, struct(fields), [])
+        if rows.num_rows:
+            self.store.append(table, rows.select(column_names(fields)).cast(tables.arrow_schema(struct(fields))),
+                              self.batch.txn)
+
+
+# Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
+FORGET_EVERY = 100
 
 
 class ViewPass:
     """The speed rows of ``views`` from one micro-batch: :meth:`writes` gives one function per
-    table, for ingest to run beside its own writes."""
+    view, for ingest to run beside its own writes."""
 
     def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec]) -> None:
         self.settings, self.store = settings, store
         self.computed = [view for view in views if view.in_ingest_pass]
-        self.provisional = [view for view in views if view.speed.provisional and not view.in_ingest_pass]
-        for view in [*self.computed, *self.provisional]:
+        for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
 
     @property
     def topics(self) -> tuple[str, ...]:
         """The topics whose on-time events the pass reads."""
-        return tuple(dict.fromkeys(topic for view in [*self.computed, *self.provisional] for topic in view.inputs))
+        return tuple(dict.fromkeys(topic for view in self.computed for topic in view.inputs))
 
-    def writes(self, events: Callable[[str], DataFrame], fed: set[str], txn: Txn) -> list[Callable[[], None]]:
-        """``events(topic)``: the topic's on-time events of the micro-batch (typed fields, event and
-        arrival time); ``fed``: the topics that have any (the views reading none of them are left out)."""
-        def inputs(view: ViewSpec) -> dict[str, DataFrame]:
-            return {topic: events(topic) for topic in view.inputs}
+    @property
+    def collected_topics(self) -> list[str]:
+        """The topics the incremental views read on the driver."""
+        return list(dict.fromkeys(topic for view in self.computed if view.speed.incremental for topic in view.inputs))
 
-        computed = [lambda view=view: self._add_partials(view, inputs(view), txn)
-                    for view in self.computed if fed.intersection(view.inputs)]
-        early = [lambda view=view: self._store_provisional(view, inputs(view), txn)
-                 for view in self.provisional if fed.intersection(view.inputs)]
-        return computed + early
+    def writes(self, batch: MicroBatch) -> list[Callable[[], None]]:
+        """A function per view the micro-batch feeds (a view reading none of its topics is left out)."""
+        writes = []
+        for view in self.computed:
+            if not batch.fed.intersection(view.inputs):
+                continue
+            if view.speed.incremental:
+                step = Step(self.settings, self.store, batch, self.collected_topics)
+                writes.append(lambda view=view, step=step: self._keep(view, step))
+            else:
+                writes.append(lambda view=view: self._add_partials(view, {t: batch.events(t) for t in view.inputs}, batch.txn))
+        return writes
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
         store, columns = self.store, column_names(view.speed_fields)
@@ -81,13 +149,30 @@ class ViewPass:
         return (f"date IN ({days}) AND {view.key_time} >= CAST('{low}' AS TIMESTAMP) "
                 f"AND {view.key_time} <= CAST('{high}' AS TIMESTAMP)")
 
-    def _store_provisional(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
-        rows = view.speed.provisional(inputs).select(*column_names(view.fields))
-        update_when = None
-        if view.speed.precedence is not None:
-            rows = best_per_key(rows, view.keys, view.speed.precedence)
-            update_when = replaces_sql(view.speed.precedence)
-        self.store.merge(view.speed_table, rows.toArrow(), view.merge_on, txn, update_when)
+    def _keep(self, view: ViewSpec, step: Step) -> None:
+        if self.store.is_committed(view.speed_table, step.batch.txn):
+            return
+        rows = view.speed.incremental(step).select(*column_names(view.fields))
+        merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
 
 
-__all__ = ["ViewPass"]
+def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame, txn: Txn) -> None:
+    """Upsert rows of a view into its speed table, exactly once: several rows of a key and the
+    stored one by the view's precedence; rows with new keys first announced (alerts to the
+    notifier)."""
+    if view.speed.precedence is not None:
+        rows = best_per_key(rows, view.keys, view.speed.precedence)
+    update_when = replaces_sql(view.speed.precedence) if view.speed.precedence else None
+    if view.speed.announce is None or store.is_committed(view.speed_table, txn):
+        store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
+        return
+    arrow = rows.toArrow()  # a handful of rows (alerts); computed once for both uses
+    stored = store.select_arrow(view.speed_table, list(view.keys))
+    known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
+    new = [row for row in arrow.to_pylist() if tuple(row[key] for key in view.keys) not in known]
+    if new:
+        view.speed.announce(settings, new, Txn(f"{txn.app_id}_{view.name}_announce", txn.version))
+    store.merge(view.speed_table, arrow, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
+
+
+__all__ = ["MicroBatch", "ViewPass", "merge_speed_rows"]

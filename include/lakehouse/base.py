@@ -270,6 +270,11 @@ class LakehouseStore(ABC):
             f"replace {dict(partition)} of '{name}'", name, txn, lambda: self._do_replace(path, data, predicate, txn)
         )
 
+    def delete(self, name: str, predicate: str) -> None:
+        """Delete the rows matching SQL ``predicate`` (both engines parse it)."""
+        path = self._require(name)
+        self._retrying(f"delete from '{name}'", lambda: self._do_delete(path, predicate))
+
     def read(
         self, name: str, version: int | None = None, timestamp: datetime | str | None = None
     ) -> DataFrame:
@@ -399,6 +404,9 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_replace(self, path: str, data: Any, predicate: str, txn: Txn | None) -> None: ...
+
+    @abstractmethod
+    def _do_delete(self, path: str, predicate: str) -> None: ...
 
     @abstractmethod
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...

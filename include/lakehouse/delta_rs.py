@@ -210,6 +210,9 @@ class DeltaRsStore(LakehouseStore):
             commit_properties=_commit_properties(txn),
         )
 
+    def _do_delete(self, path: str, predicate: str) -> None:
+        self._open(path).delete(predicate)
+
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
         table = self._latest(path) if version is None and timestamp is None else DeltaTable(path)
         if version is not None:

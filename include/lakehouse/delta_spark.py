@@ -88,6 +88,9 @@ class DeltaSparkStore(LakehouseStore):
     def _do_replace(self, path: str, data: DataFrame, predicate: str, txn: Txn | None) -> None:
         self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)
 
+    def _do_delete(self, path: str, predicate: str) -> None:
+        self._table(path).delete(predicate)
+
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
         reader = self.spark.read.format("delta")
         if version is not None:

@@ -4,10 +4,13 @@ payment in the join window."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from include.config import spark_interval
-from include.registry import Differences, Partials, Speed, ViewContext, ViewSpec, best_per_key, view
+from include.registry import (
+    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, column_names, view,
+)
 from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
 
 if TYPE_CHECKING:
@@ -104,7 +107,7 @@ def late_paid_orders(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Data
         metrics={"late_matches_recovered": "count(*)"},
     ),
     speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence,
-                provisional=lambda inputs: pending_orders(inputs["orders"])),
+                incremental=lambda step: order_payments_step(step)),
 )
 def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Each order with the first payment whose time lies in ``[order_time, order_time + join
@@ -135,3 +138,63 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> Dat
     if context.exact:
         return best_order_status(joined)
     return joined.unionByName(pending_orders(orders))
+
+
+ORDER_FIELDS = "order_id string, user_id string, category string, amount double, event_time timestamp"
+PAYMENT_FIELDS = "payment_id string, order_id string, amount double, event_time timestamp"
+# Payments the stream has seen before their order (kept until no on-time order can match them).
+WAITING_PAYMENTS = "speed_state/order_payments_waiting"
+
+
+def order_payments_step(step: PassStep) -> DataFrame:
+    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
+    touches. Its inputs are the micro-batch's on-time orders with the stored orders its payments
+    may pay (by id, within the join window before them), and its payments with those that came
+    before their order (:data:`WAITING_PAYMENTS`). A join row left without a payment is not
+    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
+    end (this micro-batch closes those between the watermark before and after it)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    table, window = order_payments.speed_table, step.settings.join_window
+    orders, payments = step.events("orders"), step.events("payments")
+    orders = orders.select(column_names(ORDER_FIELDS))
+    payments = payments.select(column_names(PAYMENT_FIELDS))
+    paid_ids = pc.unique(payments["order_id"]).to_pylist()
+    if paid_ids:  # the stored orders these payments may pay
+        first, last = pc.min_max(payments["event_time"]).values()
+        known = step.stored(table, "order_id string, user_id string, category string, amount double, order_time timestamp",
+                            f"order_id IN ({sql_strings(paid_ids)}) AND order_time >= {sql_time(first.as_py() - window)} "
+                            f"AND order_time <= {sql_time(last.as_py())}")
+        orders = pa.concat_tables([orders, known.rename_columns(column_names(ORDER_FIELDS)).cast(orders.schema)])
+    order_ids = pc.unique(orders["order_id"]).to_pylist()
+    if order_ids:  # payments that came before their order
+        waiting = step.stored(WAITING_PAYMENTS, PAYMENT_FIELDS, f"order_id IN ({sql_strings(order_ids)})")
+        step.keep(WAITING_PAYMENTS, payments.filter(pc.invert(pc.is_in(payments["order_id"], pa.array(order_ids)))),
+                  PAYMENT_FIELDS)
+        payments = pa.concat_tables([payments, waiting.cast(payments.schema)])
+    else:
+        step.keep(WAITING_PAYMENTS, payments, PAYMENT_FIELDS)
+    orders_seen_to = step.watermark("orders")
+    if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
+        step.forget(WAITING_PAYMENTS, f"event_time <= {sql_time(orders_seen_to)}")
+    rows = order_payments({"orders": step.frame(orders, ORDER_FIELDS), "payments": step.frame(payments, PAYMENT_FIELDS)},
+                          ViewContext(step.settings, exact=False)).where("status <> 'unpaid'")
+    before, after = step.watermark("payments"), step.watermark("payments", after=True)
+    if after is None:
+        return rows
+    closed = F.lit(after - window)
+    rows = rows.withColumn("status", F.when((F.col("status") == "pending") & (F.col("order_time") <= closed), "unpaid")
+                           .otherwise(F.col("status")))
+    since = f"AND order_time > {sql_time(before - window)}" if before else ""
+    closing = step.stored(table, order_payments.fields, f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
+    return rows.unionByName(step.frame(closing, order_payments.fields).withColumn("status", F.lit("unpaid")))
+
+
+def sql_strings(values: list[str]) -> str:
+    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
+
+
+def sql_time(instant: datetime) -> str:
+    return f"CAST('{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}' AS TIMESTAMP)"

@@ -59,11 +59,13 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
 
     dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
     in_pass = [name for name, view in VIEWS_BY_NAME.items() if view.in_ingest_pass]
-    assert sorted(in_pass) == ["device_health_5m", "revenue_by_category_5m", "traffic_by_page_10m"]
+    assert sorted(in_pass) == ["device_health_5m", "order_payments", "revenue_by_category_5m", "traffic_by_page_10m"]
     assert sorted([*dimensions, *facts]) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME if name not in in_pass)
     assert list(dimensions) == ["speed_customers", "speed_customers_history"]
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
-    assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
+    assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_alerts": ANY}]
+    queries = chosen.model_copy(update={"one_pass": False})  # the views of the pass as queries of their own
+    assert gold.gold_writers(spark, queries, open_store(queries, spark)) == [{}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
     # A view's lookups run with it.
     enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})
     assert [list(phase) for phase in gold.gold_writers(spark, enriched, open_store(enriched, spark))] == [
@@ -103,7 +105,8 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
     query = (ingest.parsed_events(raw, settings).writeStream.foreachBatch(writer).trigger(availableNow=True)
              .option("checkpointLocation", str(settings.checkpoints_dir / "ingest_only")).start())
     query.awaitTermination()
-    for topic, rows in lines.items():
+    assert not (settings.feeds_dir / "payments").exists()  # only order_payments reads it, and ingest computes that
+    for topic, rows in list(lines.items())[:1]:
         files = sorted((settings.feeds_dir / topic).iterdir())
         assert [file.name for file in files] == ["000000000000.parquet"]
         fed = spark.read.parquet(str(files[0])).select(f"{ingest.record_column(topic)}.*").collect()
@@ -183,6 +186,19 @@ def test_join_paid_unpaid_pending(spark, settings, land):
     speed = store.read(SPEED_ORDER_PAYMENTS)
     status = {r["order_id"]: (r["status"], r["payment_id"]) for r in speed.collect()}
     assert status == {"o1": ("paid", "p1"), "o2": ("unpaid", None), "o9": ("paid", "p9"), "o3": ("pending", None)}
+
+
+def test_a_payment_before_its_order_waits_for_it(spark, settings, land):
+    # One file per topic and micro-batch: p1 meets o1 in the first, p0 waits for o0 until the second.
+    land("payments", "0001", [payment("p1", "o1", 10), payment("p0", "o0", 12)])
+    land("orders", "0002", [order("o1", 0)])
+    land("orders", "0003", [order("o0", 1), order("o7", 2)])
+    store = run_stream(settings.model_copy(update={"speed_views": "order_payments"}), available_now=True)
+
+    status = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(SPEED_ORDER_PAYMENTS).collect()}
+    assert status == {"o1": ("paid", "p1"), "o0": ("paid", "p0"), "o7": ("pending", None)}
+    waiting = {r["payment_id"] for r in store.read("speed_state/order_payments_waiting").collect()}
+    assert waiting == {"p0"}  # kept until no on-time order can match it
 
 
 def test_accounting_on_generated_data(spark, settings):
@@ -322,7 +338,7 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     # Each query runs on its own copy of that session, with the settings made for it.
     copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf() for query in result["session"].streams.active}
     assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false" and copies["speed_alerts"].get(CACHE_COMPRESSED) == "true"
-    assert copies["speed_order_payments"].get(NO_DATA_BATCHES) == "true" and copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
+    assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true" and copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_customers"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert "speed_traffic_by_page_10m" not in triggers  # ingest computes it
