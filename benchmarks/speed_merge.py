@@ -48,7 +48,7 @@ def orders(view, count: int, first: datetime, span: timedelta, status: str) -> p
         "payment_id": [uuid.uuid4().hex if paid else None for _ in times], "paid_amount": [10.0 if paid else None] * count,
         "pay_time": [at + timedelta(minutes=1) if paid else None for at in times], "status": [status] * count,
         "date": [at.date() for at in times],
-    }, schema=arrow_schema(view.schema))
+    }, schema=arrow_schema(view.fields))
 
 
 def micro_batch(view, stored: deque[pa.Table], now: datetime, args: argparse.Namespace) -> pa.Table:  # noqa: ANN001

@@ -54,7 +54,7 @@ def mark_covered(store: LakehouseStore, day: date, fingerprint: dict[str, int]) 
     store.ensure_table(tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA)
     row = pa.Table.from_pylist(
         [{"date": day, "covered_at": datetime.now(timezone.utc), "bronze_rows": json.dumps(fingerprint, sort_keys=True)}],
-        schema=tables.arrow_schema(tables.BATCH_COVERAGE_SCHEMA),
+        schema=tables.arrow_schema(tables.BATCH_COVERAGE_FIELDS),
     )
     store.merge(tables.BATCH_COVERAGE, row, ["date"])
 

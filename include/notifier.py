@@ -54,11 +54,11 @@ def _record(settings: Settings, rows: list[dict[str, Any]], txn: Any = None) -> 
     import pyarrow as pa
 
     from include.lakehouse import open_store
-    from include.tables import ALERTS, ALERTS_SCHEMA, arrow_schema
+    from include.tables import ALERTS, ALERTS_FIELDS, ALERTS_SCHEMA, arrow_schema
 
     store = open_store(settings)
     store.ensure_table(ALERTS, ALERTS_SCHEMA)
-    store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_SCHEMA)), txn)
+    store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_FIELDS)), txn)
 
 
 def _post(settings: Settings, row: dict[str, Any]) -> None:

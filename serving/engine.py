@@ -56,6 +56,12 @@ def merged(view: ViewSpec, batch: str, speed: str) -> str:
     """
 
 
+def differences_fields(view: ViewSpec) -> str:
+    """The declared fields of a view's differences table: its ``differences_schema`` without Spark."""
+    extra = view.differences.extra_fields
+    return f"{view.fields}, {extra}" if view.differences.view_fields else extra
+
+
 def speed_relation(view: ViewSpec) -> str:
     return f"_speed_{view.name}"
 
@@ -64,16 +70,16 @@ def batch_relation(view: ViewSpec) -> str:
     return f"_batch_{view.name}"
 
 
-# Relation name in DuckDB -> (lakehouse table, schema when the table does not exist yet)
+# Relation name in DuckDB -> (lakehouse table, its declared fields: the schema when it does not exist yet)
 SOURCES = {
-    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA),
-    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA),
-    "_dlq": (tables.DLQ, tables.DLQ_SCHEMA),
-    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA),
-    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA),
-    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA),
-    "_ops_alerts": (tables.ALERTS, tables.ALERTS_SCHEMA),
-    "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA),
+    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_FIELDS),
+    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_FIELDS),
+    "_dlq": (tables.DLQ, tables.DLQ_FIELDS),
+    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_FIELDS),
+    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_FIELDS),
+    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_FIELDS),
+    "_ops_alerts": (tables.ALERTS, tables.ALERTS_FIELDS),
+    "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_FIELDS),
 }
 VIEWS_SQL = {
     "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds FROM _late_events",
@@ -87,11 +93,11 @@ VIEWS_SQL = {
 # Speed relations of ``combine`` views: stored as a row per key and micro-batch, added up when read.
 COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.combine}
 for _view in VIEWS:
-    SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
-    SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
+    SOURCES[speed_relation(_view)] = (_view.speed_table, _view.fields)
+    SOURCES[batch_relation(_view)] = (_view.batch_table, _view.fields)
     VIEWS_SQL[_view.name] = merged(_view, batch_relation(_view), speed_relation(_view))
     if _view.differences:
-        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, _view.differences_schema)
+        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, differences_fields(_view))
         VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM _{_view.differences.table}"
 QUERYABLE = sorted(VIEWS_SQL)
 # The schema of the served tables' copies; each relation above is a view over its copy.

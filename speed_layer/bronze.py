@@ -65,6 +65,6 @@ class BronzeBatch:
         if accounting:  # last: the row says every Bronze write of the batch is committed
             self.store.append(
                 tables.INGEST_BATCHES,
-                pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
+                pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_FIELDS)),
                 txn,
             )

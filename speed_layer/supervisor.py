@@ -118,7 +118,7 @@ def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str
     log.info("supervisor: state=%s decision=%s (%s)", diagnosis.state, decision, reason)
     store = open_store(settings)
     store.ensure_table(tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA)
-    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
+    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_FIELDS)))
     return row
 
 
