@@ -35,8 +35,10 @@ def announce_alerts(settings: Settings, alerts: list[dict[str, Any]], txn: Any =
     rows = []
     for alert in sorted(alerts, key=lambda a: a["alert_id"]):
         value = f"{alert['value']:.2f}" if alert["kind"] != "order_velocity" else f"{alert['value']:.0f} orders"
-        message = f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, {value} (threshold {alert['threshold']:g})"
-        rows.append(_row("alerts", "warning", message, {key: alert[key] for key in alert if key != "date"}, logging.INFO))
+        message = (f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, "
+                   f"{value} (threshold {alert['threshold']:g})")
+        details = {key: alert[key] for key in alert if key != "date"}
+        rows.append(_row("alerts", "warning", message, details, logging.INFO))
     _record(settings, rows, txn)
     for row in rows:
         _post(settings, row)

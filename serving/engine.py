@@ -47,7 +47,8 @@ def merged(view: ViewSpec, batch: str, speed: str) -> str:
         WITH last_covered AS (SELECT max(date) AS day FROM _coverage),
         fresh AS (
             SELECT * FROM {speed}
-            WHERE (SELECT day FROM last_covered) IS NULL OR {view.key_time} >= (SELECT day FROM last_covered) + INTERVAL 1 DAY
+            WHERE (SELECT day FROM last_covered) IS NULL
+                OR {view.key_time} >= (SELECT day FROM last_covered) + INTERVAL 1 DAY
         )
         SELECT {listed}, 'batch' AS source FROM {batch} AS kept
         WHERE date = (SELECT day FROM last_covered) AND {shown} AND NOT EXISTS (SELECT 1 FROM fresh WHERE {same_key})
@@ -82,7 +83,8 @@ SOURCES = {
     "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_FIELDS),
 }
 VIEWS_SQL = {
-    "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds FROM _late_events",
+    "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds "
+                   "FROM _late_events",
     "dlq": "SELECT topic, raw, reason, source, ingested_at FROM _dlq",
     "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at FROM _reconciliation",
     "stream_metrics": "SELECT * FROM _stream_metrics",
@@ -149,10 +151,12 @@ class ServingEngine:
         self._lock = threading.Lock()  # one refresh at a time
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         with self._transaction():
-            self._copies = {relation: self._load(relation, snapshot, None) for relation, snapshot in self._snapshots.items()}
+            self._copies = {relation: self._load(relation, snapshot, None)
+                            for relation, snapshot in self._snapshots.items()}
             for relation in SOURCES:
                 copy = f"{LOADED}.{relation}"
-                rows = combined_sql(COMBINED[relation], copy) if relation in COMBINED else f"SELECT * EXCLUDE (_file) FROM {copy}"
+                rows = (combined_sql(COMBINED[relation], copy) if relation in COMBINED
+                        else f"SELECT * EXCLUDE (_file) FROM {copy}")
                 self.connection.execute(f"CREATE VIEW {relation} AS {rows}")
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")

@@ -80,7 +80,9 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         # The newest event the view's own query has read (its watermark's statistics); else (a
         # query without a watermark, or no stream here) what its rows show, never later than that.
         own = progress.get(view.speed_query, {})
-        counted = own.get("counted") or engine.query(f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
+        counted = own.get("counted") or engine.query(
+            f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}"
+        )[1][0][0]
         rows.append(
             {
                 "view": view.name,
