@@ -82,7 +82,8 @@ def day_is_complete(settings: Settings, day: str, now: datetime | None = None) -
     store = open_store(settings)
     if store.exists(tables.INGEST_BATCHES):
         rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", "max_event_time"], "max_event_time IS NOT NULL")
-        latest = {row["topic"]: row["max_event_time_max"] for row in rows.group_by("topic").aggregate([("max_event_time", "max")]).to_pylist()}
+        latest = {row["topic"]: row["max_event_time_max"]
+                  for row in rows.group_by("topic").aggregate([("max_event_time", "max")]).to_pylist()}
         topics = input_topics(VIEWS)
         if all(topic in latest for topic in topics):
             watermark = min(latest[topic] for topic in topics) - settings.watermark_delay
@@ -123,13 +124,16 @@ def check_data_quality(settings: Settings, day: date, store: LakehouseStore | No
     for row in ingest_totals(store):
         topic, bronze, silver, dlq = row["topic"], row["bronze"], row["silver"], row["dlq"]
         in_bronze = sum(store.partition_row_counts(tables.bronze(topic), "event_date").values())
-        check(in_bronze == bronze, f"{topic}: every landed line is in Bronze", f"{in_bronze} in Bronze, {bronze} ingested")
+        check(in_bronze == bronze, f"{topic}: every landed line is in Bronze",
+              f"{in_bronze} in Bronze, {bronze} ingested")
         # The rest of Bronze are duplicates, removed by event id; a line in neither would be lost.
         check(row["duplicate"] >= 0, f"{topic}: Silver + DLQ <= Bronze", f"{silver} + {dlq} > {bronze}")
     where = f"date = CAST('{day.isoformat()}' AS DATE)"
     metrics = {
         (r["view"], r["metric"]): r
-        for r in store.select_arrow(tables.RECONCILIATION, ["view", "metric", "speed_value", "batch_value"], where).to_pylist()
+        for r in store.select_arrow(
+            tables.RECONCILIATION, ["view", "metric", "speed_value", "batch_value"], where
+        ).to_pylist()
     }
     check(bool(metrics), f"reconciliation rows exist for {day}")
     if metrics:
@@ -138,13 +142,15 @@ def check_data_quality(settings: Settings, day: date, store: LakehouseStore | No
             check(ours == theirs, f"{view}.{metric} = {other_view}.{other_metric}", f"{ours} vs {theirs}")
         limit = settings.max_reconciliation_drift
         for view in VIEWS:
-            if metrics.get((view.name, "rows"), {}).get("speed_value", 0) == 0:  # a backfill: the stream never saw the day
+            # A backfill: the stream never saw the day.
+            if metrics.get((view.name, "rows"), {}).get("speed_value", 0) == 0:
                 continue
             for metric in view.drift_metrics:
                 row = metrics.get((view.name, metric))
                 if row and row["batch_value"]:
                     drift = abs(row["batch_value"] - row["speed_value"]) / row["batch_value"]
-                    check(drift <= limit, f"{view.name}.{metric}: speed within {limit:.0%} of batch", f"drift {drift:.1%}")
+                    check(drift <= limit, f"{view.name}.{metric}: speed within {limit:.0%} of batch",
+                          f"drift {drift:.1%}")
     if failures:
         raise DataQualityError(f"data quality failed for {day}: " + "; ".join(failures))
     return passed

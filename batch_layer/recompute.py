@@ -3,8 +3,8 @@
 The same parser, the same dedup rule and the same view definitions as the speed layer (every
 view of the registry), applied to the full history without a watermark: late events count,
 distinct counts are exact. A dimension is rebuilt from its inputs' whole history up to the day's
-end and stored under the day (the snapshot serving merges with the stream's later changes). Each view's partition for the day is replaced as a whole, so a rerun
-gives the same table.
+end and stored under the day (the snapshot serving merges with the stream's later changes).
+Each view's partition for the day is replaced as a whole, so a rerun gives the same table.
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@ def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
             differing = view.differences.rows(speed, batch, view).cache()
             store.ensure_table(view.differences.table, view.differences_schema, ["date"])
             store.replace_partition(view.differences.table, differing, {"date": day})
-            counted = differing.agg(*[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]).first()
+            counted = differing.agg(
+                *[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]
+            ).first()
             for metric in view.differences.metrics:
                 rows.append(_row(view.name, day, metric, 0.0, float(counted[metric] or 0), computed_at))
             differing.unpersist()

@@ -117,7 +117,8 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
     at = iso(now)
     if topic == "orders":
         return [json.dumps({"order_id": f"o-{number:06d}-{i}", "user_id": f"U{i % 997}", "product_id": f"P{i % 50}",
-                            "category": CATEGORIES[i % 4], "amount": 10.0 + i % 90, "event_time": at}) for i in range(count)]
+                            "category": CATEGORIES[i % 4], "amount": 10.0 + i % 90, "event_time": at})
+                for i in range(count)]
     if topic == "payments":  # pays the previous file's orders
         return [json.dumps({"payment_id": f"p-{number:06d}-{i}", "order_id": f"o-{number - 1:06d}-{i}",
                             "amount": 10.0 + i % 90, "method": "card", "event_time": at}) for i in range(count)]
@@ -129,7 +130,8 @@ def lines_for(topic: str, number: int, count: int, now: datetime) -> list[str]:
         ts_ms = int(now.timestamp() * 1000)
 
         def row(customer: str, segment: str) -> dict:
-            return {"customer_id": customer, "name": "Ada", "email": f"{customer}@example.com", "segment": segment, "country": "DE"}
+            return {"customer_id": customer, "name": "Ada", "email": f"{customer}@example.com", "segment": segment,
+                    "country": "DE"}
 
         marker = json.dumps({"op": "c", "ts_ms": ts_ms, "before": None, "after": row(f"M{number:06d}", "consumer")})
         return [marker] + [
@@ -235,7 +237,8 @@ class Service:
                   file=sys.stderr)
             os.killpg(self.process.pid, signal.SIGKILL)
         if self.process.returncode not in (0, -signal.SIGTERM):  # uvicorn exits by the signal it got
-            print(f"lambdalake {self.name} exited with {self.process.returncode}; the end of {self.log}:\n{self.tail()}",
+            print(f"lambdalake {self.name} exited with {self.process.returncode}; "
+                  f"the end of {self.log}:\n{self.tail()}",
                   file=sys.stderr)
         self.process = None
 
@@ -438,7 +441,8 @@ class Mark:
 
 
 def mark(stream: Service, server: Service | None) -> Mark:
-    return Mark(time.monotonic(), tree_ticks(stream.pid), tree_ticks(server.pid if server else None), time.process_time())
+    return Mark(time.monotonic(), tree_ticks(stream.pid), tree_ticks(server.pid if server else None),
+                time.process_time())
 
 
 def cores(start: Mark, end: Mark) -> tuple[float, float, float]:
@@ -470,7 +474,8 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     print(f"home {home} (logs in {settings.run_dir})", file=sys.stderr)
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
     stream = Service("stream", [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views]),
-                     {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s", "LAMBDALAKE_VIEW_TRIGGERS": triggers,
+                     {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
+                      "LAMBDALAKE_VIEW_TRIGGERS": triggers,
                       "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze,
                       "LAMBDALAKE_ONE_PASS": str(design == "one-pass").lower()}, settings.run_dir)
     server = client = None
@@ -555,7 +560,8 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
             "interrupted": interrupted}
 
 
-def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str, design: str) -> dict[str, float]:
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
+                      design: str) -> dict[str, float]:
     """The micro-batch interval of each of the stream's queries, in seconds, as the stream
     started with these options takes them."""
     from include.config import load_settings
@@ -576,7 +582,8 @@ def state_series(settings, started_at: datetime) -> dict[str, list[tuple[float, 
         columns=["query", "timestamp", "state_rows"]).to_pylist()
     series: dict[str, list[tuple[float, int]]] = {}
     for row in sorted(rows, key=lambda row: row["timestamp"]):
-        series.setdefault(row["query"], []).append(((row["timestamp"] - started_at).total_seconds(), row["state_rows"] or 0))
+        series.setdefault(row["query"], []).append(
+            ((row["timestamp"] - started_at).total_seconds(), row["state_rows"] or 0))
     return dict(sorted(series.items()))
 
 
@@ -644,7 +651,8 @@ def over_time(run: dict, args: argparse.Namespace) -> list[str]:
     ends = state_ends(run, args.warmup)
     largest = sorted(ends, key=lambda query: -ends[query][1])[:2]
     view = next(iter(run["seen"]), None)
-    header = ["minutes", *([f"`{view}` p50 s"] if view else []), "RSS MB", "heap used MB", *(f"`{q}` state rows" for q in largest)]
+    header = ["minutes", *([f"`{view}` p50 s"] if view else []), "RSS MB", "heap used MB",
+              *(f"`{q}` state rows" for q in largest)]
     lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * (len(header) - 1) + "|"]
 
     def mean(values: list[float]) -> str:
@@ -669,12 +677,13 @@ def revision() -> str:
 
 
 def report(args: argparse.Namespace, runs: list[dict]) -> str:
-    counts = "; ".join(f"{run['rate']:,} events/s: " + ", ".join(f"{topic} {count:,}" for topic, count in run["counts"].items())
+    counts = "; ".join(f"{run['rate']:,} events/s: "
+                       + ", ".join(f"{topic} {count:,}" for topic, count in run["counts"].items())
                        for run in runs)
     inherited = sorted(name for name in os.environ if name.startswith("LAMBDALAKE_"))
     client = ("`lambdalake serve` in its own process on the run's home (it refreshes its engine every second), asked "
-              f"through `POST /api/query` (httpx, one kept-alive connection) every {POLL_SECONDS:g} s, every view's check "
-              "at each poll") if args.client == "http" else (
+              f"through `POST /api/query` (httpx, one kept-alive connection) every {POLL_SECONDS:g} s, "
+              "every view's check at each poll") if args.client == "http" else (
               f"one serving engine in this process, refreshed every {POLL_SECONDS:g} s; a view checked when its speed "
               "table changed")
     lines = [
@@ -686,19 +695,19 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
         + (f"; the environment set {', '.join(f'`{name}`' for name in inherited)}" if inherited else "")
         + f") apart from a processing-time trigger of {args.trigger_interval:g} s (each query's below).",
         f"- Landing: one file per topic every second for {args.seconds} s; events per "
-        f"file at {counts} (each sensors file one reading per device of a fixed fleet, one of them overheating; payments pay "
-        "the previous file's orders). Event time = now.",
+        f"file at {counts} (each sensors file one reading per device of a fixed fleet, one of them overheating; "
+        "payments pay the previous file's orders). Event time = now.",
         f"- Client: {client} (`--client {args.client}`).",
-        f"- Freshness: a file's atomic rename to the first answer that shows its events; files of the first {args.warmup} s "
-        "not counted. `alerts`: the file's overheating reading to its `high_temperature` alert. `customers`: the "
-        "file's new customer to its row in `customers`.",
+        "- Freshness: a file's atomic rename to the first answer that shows its events; files of the first "
+        f"{args.warmup} s not counted. `alerts`: the file's overheating reading to its `high_temperature` alert. "
+        "`customers`: the file's new customer to its row in `customers`.",
     ]
     if args.outage:
-        lines.append(f"- Outage: {args.outage_at} s into the landing the stream's process group got SIGKILL; files kept "
-                     f"landing; {args.outage} s later the same command started again on the same home.")
+        lines.append(f"- Outage: {args.outage_at} s into the landing the stream's process group got SIGKILL; "
+                     f"files kept landing; {args.outage} s later the same command started again on the same home.")
     lines.append("- One run per rate, view set and trigger setting, one after another.")
-    lines += [f"- {label(run)}: interrupted (Ctrl-C) {run['interrupted']:.0f} s after the landing began; the figures cover what "
-              "was measured until then." for run in runs if run["interrupted"] is not None]
+    lines += [f"- {label(run)}: interrupted (Ctrl-C) {run['interrupted']:.0f} s after the landing began; "
+              "the figures cover what was measured until then." for run in runs if run["interrupted"] is not None]
     lines += ["",
               "Micro-batch intervals (each query's processing-time trigger):", ""]
     for run in runs:
@@ -709,9 +718,10 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                                                     for interval, queries in sorted(by_interval.items())) + ".")
     lines += ["", "Steady freshness, of the files landed after the warm-up" + (" that the view showed before the kill"
                                                                              if args.outage else "")
-              + "; first / last tenth: mean delay of the first / last tenth of them in landing order (a last tenth slower "
-              "than the first means a growing backlog):", "",
-              "| speed views | view | files measured | p50 s | p95 s | max s | first tenth mean s | last tenth mean s | never seen |",
+              + "; first / last tenth: mean delay of the first / last tenth of them in landing order (a last tenth "
+              "slower than the first means a growing backlog):", "",
+              "| speed views | view | files measured | p50 s | p95 s | max s | first tenth mean s | last tenth mean s "
+              "| never seen |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for run in runs:
         for view, times in run["seen"].items():
@@ -724,23 +734,25 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                              f"{sum(late[-tenth:]) / tenth:.1f} | {missing} |")
             else:
                 lines.append(f"| {label(run)} | `{view}` | 0 | - | - | - | - | - | {missing} |")
-    lines += ["", "CPU in cores (CPU seconds / wall seconds, utime + stime from `/proc`) per phase of the landing after the "
-              "warm-up: stream = `lambdalake stream` and its descendants (JVM, Python workers); server = `lambdalake serve` "
-              "and its descendants; client = this process (lander, polls, memory sampling"
+    lines += ["", "CPU in cores (CPU seconds / wall seconds, utime + stime from `/proc`) per phase of the landing "
+              "after the warm-up: stream = `lambdalake stream` and its descendants (JVM, Python workers); "
+              "server = `lambdalake serve` and its descendants; client = this process (lander, polls, memory sampling"
               + ("" if args.client == "http" else ", the serving engine") + "; not the `jcmd` it runs). A process that "
               "exited within a phase is left out of it.", "",
-              "| speed views | phase | seconds | stream cores | server cores | client cores |", "|---|---|---:|---:|---:|---:|"]
+              "| speed views | phase | seconds | stream cores | server cores | client cores |",
+              "|---|---|---:|---:|---:|---:|"]
     for run in runs:
         for (phase, start), (_, end) in pairwise(run["marks"]):
             stream, server, client_cores = cores(start, end)
             lines.append(f"| {label(run)} | {phase} | {end.at - start.at:.0f} | {stream:.2f} | "
                          f"{f'{server:.2f}' if args.client == 'http' else '-'} | {client_cores:.2f} |")
     if args.outage:
-        lines += ["", f"Catch-up after the outage, in seconds from the restart. Backlog drained: until the last file landed "
-                  f"during the outage was visible. Catch-up: to the rename of the first of {CAUGHT_UP_FILES} consecutive "
-                  "files landed after the restart that were all visible within the steady p95 (the table above); the files "
-                  "from it on follow. Hit by the outage: the files landed after the warm-up and before the restart that the "
-                  "view had not shown before the kill. Never seen: of the files after the warm-up that are not steady.", ""]
+        lines += ["", f"Catch-up after the outage, in seconds from the restart. Backlog drained: until the last file "
+                  f"landed during the outage was visible. Catch-up: to the rename of the first of {CAUGHT_UP_FILES} "
+                  "consecutive files landed after the restart that were all visible within the steady p95 (the table "
+                  "above); the files from it on follow. Hit by the outage: the files landed after the warm-up and "
+                  "before the restart that the view had not shown before the kill. Never seen: of the files after the "
+                  "warm-up that are not steady.", ""]
         for run in runs:
             times = run["outage"]
             if "restarted" not in times:
@@ -749,10 +761,10 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
             running = times["running"] - times["restarted"] if "running" in times else None
             down = landed_between(run, times["killed"], times["restarted"])
             lines.append(f"- {label(run)}: killed {times['killed'] - run['started']:.1f} s into the landing, restarted "
-                         f"{times['restarted'] - times['killed']:.1f} s later; {len(down)} files landed while it was down; "
-                         f"its heartbeat said its queries ran again {seconds(running)} s after the restart.")
-        lines += ["", "| speed views | view | steady p95 s | files hit by the outage | their max delay s | backlog drained s | "
-                  "catch-up s | files from the catch-up | their p50 s | their p95 s | never seen |",
+                         f"{times['restarted'] - times['killed']:.1f} s later; {len(down)} files landed while it "
+                         f"was down; its heartbeat said its queries ran again {seconds(running)} s after the restart.")
+        lines += ["", "| speed views | view | steady p95 s | files hit by the outage | their max delay s | "
+                  "backlog drained s | catch-up s | files from the catch-up | their p50 s | their p95 s | never seen |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for run in (run for run in runs if "restarted" in run["outage"]):
             for view, times in run["seen"].items():
@@ -768,8 +780,9 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                              f"{seconds(drained)} | {seconds(caught)} | {len(late)} | "
                              f"{seconds(percentile(late, 0.5) if late else None)} | "
                              f"{seconds(percentile(late, 0.95) if late else None)} | {missing} |")
-    lines += ["", "Stream memory (RSS of `lambdalake stream`'s process tree, sampled every 10 s after the warm-up; the JVM's "
-              "heap from `jcmd GC.heap_info`; beyond the committed heap: RocksDB state, JVM metadata, Python workers):", ""]
+    lines += ["", "Stream memory (RSS of `lambdalake stream`'s process tree, sampled every 10 s after the warm-up; "
+              "the JVM's heap from `jcmd GC.heap_info`; beyond the committed heap: RocksDB state, JVM metadata, "
+              "Python workers):", ""]
     for run in runs:
         samples = [(rss, heap) for at, rss, heap in run["memory"] if at >= args.warmup]
         if not samples:
@@ -784,13 +797,15 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
         lines.append(f"- {label(run)}: {len(samples)} samples. RSS {ends(rss)}, peak {max(rss):,.0f} MB.")
         heaps = [(mb, heap) for mb, heap in samples if heap]
         if heaps:
-            lines.append(f"  Heap used {ends([heap[0] for _, heap in heaps])}; committed {ends([heap[1] for _, heap in heaps])}; "
+            lines.append(f"  Heap used {ends([heap[0] for _, heap in heaps])}; "
+                         f"committed {ends([heap[1] for _, heap in heaps])}; "
                          f"RSS beyond the committed heap {ends([mb - heap[1] for mb, heap in heaps])}.")
-    lines += ["", "State rows per query (Spark's progress, mean of the first / last tenth of its micro-batches after the "
-              "warm-up; each bounded by its window or horizon plus the watermark delay, so it grows until that has passed):", ""]
+    lines += ["", "State rows per query (Spark's progress, mean of the first / last tenth of its micro-batches after "
+              "the warm-up; each bounded by its window or horizon plus the watermark delay, so it grows until that "
+              "has passed):", ""]
     for run in runs:
-        kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}" for query, (first, last) in state_ends(run, args.warmup).items()
-                         if last or first)
+        kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}"
+                         for query, (first, last) in state_ends(run, args.warmup).items() if last or first)
         lines.append(f"- {label(run)}: {kept}.")
     for run in runs:
         lines += ["", f"Over time, {label(run)} (means per tenth of the run after the warm-up; the view's delay by the "
@@ -800,8 +815,10 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
 
 def label(run: dict) -> str:
     views = run["views"]
-    named = f"{run['rate']:,} events/s, " + ("all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(",")))
-    options = [f"--view-triggers {run['triggers']}"] * bool(run["triggers"]) + [f"--bronze-trigger {run['bronze']}"] * bool(run["bronze"])
+    named = f"{run['rate']:,} events/s, " + (
+        "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(",")))
+    options = ([f"--view-triggers {run['triggers']}"] * bool(run["triggers"])
+               + [f"--bronze-trigger {run['bronze']}"] * bool(run["bronze"]))
     return named + f", {run['design']}" + "".join(f" (`{option}`)" for option in options)
 
 
@@ -814,17 +831,23 @@ def main() -> None:
     parser.add_argument("--trigger-interval", type=float, default=1.0)
     parser.add_argument("--cdc-per-second", type=int, default=0, help="customer changes landed per second (0: none)")
     parser.add_argument("--views", nargs="+", default=["all"],
-                        help="view sets, `all` or comma-separated names (`stream --views`): one run per set, one after another")
+                        help="view sets, `all` or comma-separated names (`stream --views`): "
+                             "one run per set, one after another")
     parser.add_argument("--view-triggers", nargs="+", default=[""],
-                        help="`stream --view-triggers` settings (VIEW=DURATION,...; '' for none): one run per setting and view set")
+                        help="`stream --view-triggers` settings (VIEW=DURATION,...; '' for none): "
+                             "one run per setting and view set")
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
-                        help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): one run per setting too")
+                        help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
+                             "one run per setting too")
     parser.add_argument("--designs", nargs="+", choices=("one-pass", "per-view-queries"), default=["one-pass"],
                         help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false): one run per design too")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
-                        help="http: `lambdalake serve` asked over HTTP (default); in-process: a serving engine in this process")
-    parser.add_argument("--outage", type=int, default=0, help="seconds the stream stays killed, files still landing (0: none)")
-    parser.add_argument("--outage-at", type=int, help="seconds into the landing the stream is killed (default: --seconds / 2)")
+                        help="http: `lambdalake serve` asked over HTTP (default); "
+                             "in-process: a serving engine in this process")
+    parser.add_argument("--outage", type=int, default=0,
+                        help="seconds the stream stays killed, files still landing (0: none)")
+    parser.add_argument("--outage-at", type=int,
+                        help="seconds into the landing the stream is killed (default: --seconds / 2)")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "freshness.md")
     args = parser.parse_args()
     if args.outage_at is None:

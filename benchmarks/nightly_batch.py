@@ -54,19 +54,23 @@ def topic_lines(spark, topic: str, count: int, day: date):  # noqa: ANN001, ANN2
             F.format_string("c-%d", i).alias("event_id"), F.format_string("U%d", i % 50_000).alias("user_id"),
             F.format_string("S%d", (i / 20).cast("long")).alias("session_id"),
             F.format_string("/product/%d", i % 500).alias("page_url"),
-            F.element_at(F.array(*[F.lit(a) for a in ["view"] * 7 + ["click"] * 2 + ["add_to_cart"]]), (i % 10 + 1).cast("int")).alias("action"),
+            F.element_at(F.array(*[F.lit(a) for a in ["view"] * 7 + ["click"] * 2 + ["add_to_cart"]]),
+                         (i % 10 + 1).cast("int")).alias("action"),
             F.lit("mobile").alias("device_type"), text_time.alias("event_time")),
         "sensors": lambda: F.struct(
-            F.format_string("D%04d", i % 1_000).alias("device_id"), (F.lit(18.0) + (i * 7919 % 1000) / 100).alias("temperature"),
+            F.format_string("D%04d", i % 1_000).alias("device_id"),
+            (F.lit(18.0) + (i * 7919 % 1000) / 100).alias("temperature"),
             (F.lit(40.0) + (i % 200) / 10).alias("humidity"), text_time.alias("event_time")),
         "orders": lambda: F.struct(
             F.format_string("o-%d", i).alias("order_id"), F.format_string("U%d", i % 50_000).alias("user_id"),
             F.format_string("P%d", i % 500).alias("product_id"),
-            F.element_at(F.array(*[F.lit(c) for c in ("books", "electronics", "fashion", "home")]), (i % 4 + 1).cast("int")).alias("category"),
+            F.element_at(F.array(*[F.lit(c) for c in ("books", "electronics", "fashion", "home")]),
+                         (i % 4 + 1).cast("int")).alias("category"),
             (F.lit(5.0) + (i % 9_500) / 100).alias("amount"), text_time.alias("event_time")),
         "payments": lambda: F.struct(
             F.format_string("p-%d", i).alias("payment_id"), F.format_string("o-%d", i).alias("order_id"),
-            (F.lit(5.0) + (i % 9_500) / 100).alias("amount"), F.lit("card").alias("method"), text_time.alias("event_time")),
+            (F.lit(5.0) + (i % 9_500) / 100).alias("amount"), F.lit("card").alias("method"),
+            text_time.alias("event_time")),
     }[topic]()
     lines = rows.select(
         F.to_json(payload).cast("binary").alias("value"),
@@ -74,7 +78,8 @@ def topic_lines(spark, topic: str, count: int, day: date):  # noqa: ANN001, ANN2
         F.col("event_time").alias("arrived_at"), F.col("event_time").alias("ingested_at"),
         F.lit(0).cast("long").alias("batch_id"), F.to_date("event_time").alias("event_date"),
     )
-    again = lines.where(F.crc32(F.col("value")) % DUPLICATE_EVERY == 0).withColumn("source", F.lit(f"bench/{topic}/again"))
+    again = (lines.where(F.crc32(F.col("value")) % DUPLICATE_EVERY == 0)
+             .withColumn("source", F.lit(f"bench/{topic}/again")))
     return lines.unionByName(again)
 
 
@@ -87,10 +92,12 @@ def cdc_lines(spark, start: int, count: int):  # noqa: ANN001, ANN201 - SparkSes
     i = F.col("id")
     customer = i % CUSTOMERS
     updated = i >= CUSTOMERS
-    moment = F.when(updated, F.lit(start) + 60 + customer * 86_000.0 / CUSTOMERS).otherwise(F.lit(start) + customer / 1000.0)
+    moment = (F.when(updated, F.lit(start) + 60 + customer * 86_000.0 / CUSTOMERS)
+              .otherwise(F.lit(start) + customer / 1000.0))
 
     def row(shift: int):
-        segment = F.element_at(F.array(*[F.lit(s) for s in SEGMENTS]), ((customer + shift) % len(SEGMENTS) + 1).cast("int"))
+        segment = F.element_at(F.array(*[F.lit(s) for s in SEGMENTS]),
+                               ((customer + shift) % len(SEGMENTS) + 1).cast("int"))
         return F.struct(F.format_string("U%d", customer).alias("customer_id"), F.lit("Bench User").alias("name"),
                         F.format_string("u%d@example.com", customer).alias("email"), segment.alias("segment"),
                         F.lit("DE").alias("country"))
@@ -139,8 +146,10 @@ def main() -> None:
     spark.stop()
 
     started = time.monotonic()
-    run = subprocess.run([LAMBDALAKE, "batch", "--home", str(home), "--date", args.date.isoformat(), "--format", "json"],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [LAMBDALAKE, "batch", "--home", str(home), "--date", args.date.isoformat(), "--format", "json"],
+        capture_output=True, text=True,
+    )
     seconds = time.monotonic() - started
     if run.returncode != 0:
         raise SystemExit(f"lambdalake batch failed ({run.returncode}): {run.stderr[-2000:]}")

@@ -42,20 +42,27 @@ QUERIES = [
     ("revenue per category, all days",
      "SELECT category, sum(revenue) AS revenue FROM revenue_by_category_5m GROUP BY category ORDER BY revenue DESC",
      "SELECT category, sum(revenue) AS revenue FROM ("
-     " SELECT category, revenue FROM read_parquet({batch_revenue}) WHERE date IN (SELECT date FROM read_parquet({coverage}))"
-     " UNION ALL SELECT category, revenue FROM read_parquet({speed_revenue}) WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
+     " SELECT category, revenue FROM read_parquet({batch_revenue})"
+     " WHERE date IN (SELECT date FROM read_parquet({coverage}))"
+     " UNION ALL SELECT category, revenue FROM read_parquet({speed_revenue})"
+     " WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
      " GROUP BY category ORDER BY revenue DESC"),
     ("last hour of 5-minute windows",
      "SELECT window_start, category, revenue FROM revenue_by_category_5m"
      " WHERE window_start >= (SELECT max(window_start) FROM revenue_by_category_5m) - INTERVAL 1 HOUR",
-     "WITH v AS (SELECT * FROM read_parquet({batch_revenue}) WHERE date IN (SELECT date FROM read_parquet({coverage}))"
-     " UNION ALL SELECT * FROM read_parquet({speed_revenue}) WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
-     " SELECT window_start, category, revenue FROM v WHERE window_start >= (SELECT max(window_start) FROM v) - INTERVAL 1 HOUR"),
+     "WITH v AS (SELECT * FROM read_parquet({batch_revenue})"
+     " WHERE date IN (SELECT date FROM read_parquet({coverage}))"
+     " UNION ALL SELECT * FROM read_parquet({speed_revenue})"
+     " WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
+     " SELECT window_start, category, revenue FROM v"
+     " WHERE window_start >= (SELECT max(window_start) FROM v) - INTERVAL 1 HOUR"),
     ("order status counts",
      "SELECT status, count(*) FROM order_payments GROUP BY status",
      "SELECT status, count(*) FROM ("
-     " SELECT status FROM read_parquet({batch_order_payments}) WHERE date IN (SELECT date FROM read_parquet({coverage}))"
-     " UNION ALL SELECT status FROM read_parquet({speed_order_payments}) WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
+     " SELECT status FROM read_parquet({batch_order_payments})"
+     " WHERE date IN (SELECT date FROM read_parquet({coverage}))"
+     " UNION ALL SELECT status FROM read_parquet({speed_order_payments})"
+     " WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
      " GROUP BY status"),
 ]
 
@@ -78,8 +85,10 @@ def start_server(home: Path) -> tuple[subprocess.Popen, int]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "LAMBDALAKE_SERVE_TOKEN": TOKEN}
-    server = subprocess.Popen([str(Path(sys.executable).parent / "lambdalake"), "serve", "--home", str(home), "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "lambdalake"), "serve", "--home", str(home), "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
@@ -165,7 +174,8 @@ def main() -> int:
                 started = time.perf_counter()
                 direct.execute(direct_sql).fetchall()
                 plain.append((time.perf_counter() - started) * 1000)
-            assert sorted(map(str, engine.query(served_sql)[1])) == sorted(map(str, direct.execute(direct_sql).fetchall()))
+            assert (sorted(map(str, engine.query(served_sql)[1]))
+                    == sorted(map(str, direct.execute(direct_sql).fetchall())))
             assert len(post(connection, served_sql)) == len(engine.query(served_sql)[1])
             lines.append(
                 f"| {name} | {statistics.median(served):.1f} | {percentile(served, 0.95):.1f} | "
@@ -183,15 +193,16 @@ def main() -> int:
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z on {platform.node()}: {os.cpu_count()} cores, "
         f"DuckDB {duckdb.__version__}, lake `{args.home}`, {args.repeat} runs per query, the three ways alternating.",
         "",
-        "| dashboard query | engine p50 ms | engine p95 ms | HTTP p50 ms | HTTP p95 ms | DuckDB on Parquet p50 ms | p95 ms | HTTP / DuckDB p50 |",
+        "| dashboard query | engine p50 ms | engine p95 ms | HTTP p50 ms | HTTP p95 ms "
+        "| DuckDB on Parquet p50 ms | p95 ms | HTTP / DuckDB p50 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
         *lines,
         "",
         "Engine: `ServingEngine.query` in this process. HTTP: `POST /api/query` to a warm `lambdalake serve` "
         "over one keep-alive connection, JSON parsed (target: at most 1.5x DuckDB on Parquet).",
         "",
-        f"Throughput: {args.clients} concurrent HTTP clients cycling through the three queries for {args.seconds:.0f} s: "
-        f"**{rate:.0f} requests/s**, p50 {loaded_p50:.1f} ms under that load.",
+        f"Throughput: {args.clients} concurrent HTTP clients cycling through the three queries "
+        f"for {args.seconds:.0f} s: **{rate:.0f} requests/s**, p50 {loaded_p50:.1f} ms under that load.",
         "",
         f"Opening the serving engine (each `lambdalake query` does it once): p50 {statistics.median(opened):.1f} ms, "
         f"p95 {percentile(opened, 0.95):.1f} ms.",

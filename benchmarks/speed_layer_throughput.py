@@ -61,8 +61,10 @@ def spark_floor(landing: Path, out: Path, files_per_topic: int) -> dict:
     """``spark_floor.py`` in a fresh process: its wall clock and its processing time."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "spark_floor.py"), str(landing), str(out),
-                           str(files_per_topic * len(list(landing.iterdir())))], check=True, capture_output=True, text=True)
-    return {"files": files_per_topic, "seconds": time.perf_counter() - started, **json.loads(done.stdout.splitlines()[-1])}
+                           str(files_per_topic * len(list(landing.iterdir())))],
+                          check=True, capture_output=True, text=True)
+    return {"files": files_per_topic, "seconds": time.perf_counter() - started,
+            **json.loads(done.stdout.splitlines()[-1])}
 
 
 def processing_seconds(home: Path) -> float:
@@ -96,8 +98,8 @@ def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str
         env["LAMBDALAKE_APPROX_DISTINCT_RSD"] = str(rsd)
     command = [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(max_files_per_trigger)]
     seconds = run(command + ([] if views == "all" else ["--views", views]), env)
-    return {"files": max_files_per_trigger, "views": views, "rsd": rsd, "seconds": seconds, "processing": processing_seconds(home),
-            "breakdown": stream_breakdown(home)}
+    return {"files": max_files_per_trigger, "views": views, "rsd": rsd, "seconds": seconds,
+            "processing": processing_seconds(home), "breakdown": stream_breakdown(home)}
 
 
 def label(views: str, rsd: float | None = None) -> str:
@@ -115,7 +117,8 @@ def main() -> int:
     parser.add_argument("--views", nargs="+", default=["all"],
                         help="view sets, `all` or comma-separated names: one stream run per set (and per files value)")
     parser.add_argument("--approx-distinct-rsd", type=float, nargs="+", default=[None],
-                        help="distinct-count precisions, relative standard deviation of the HLL sketches (LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
+                        help="distinct-count precisions, relative standard deviation of the HLL sketches "
+                        "(LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
     args = parser.parse_args()
 
@@ -150,23 +153,25 @@ def main() -> int:
     def timed_rows(what: str, run: dict) -> list[str]:
         """A run's wall-clock row (start-up included) and its processing-time row."""
         return [
-            f"| {what}, wall clock | {run['seconds']:.1f} | {lines / run['seconds']:,.0f} | {lines / run['seconds'] / native_rate:.2f}x |",
-            f"| the same run, first micro-batch start to last end | {run['processing']:.1f} | {lines / run['processing']:,.0f} | "
-            f"{lines / run['processing'] / native_rate:.2f}x |",
+            f"| {what}, wall clock | {run['seconds']:.1f} | {lines / run['seconds']:,.0f} "
+            f"| {lines / run['seconds'] / native_rate:.2f}x |",
+            f"| the same run, first micro-batch start to last end | {run['processing']:.1f} "
+            f"| {lines / run['processing']:,.0f} | {lines / run['processing'] / native_rate:.2f}x |",
         ]
 
     for result in runs:
         report += timed_rows(f"`stream --available-now`, {result['files']} file(s) per topic per micro-batch, "
                              f"{label(result['views'], result['rsd'])} (JVM and Spark start-up included)", result)
     for floor in floors:
-        report += timed_rows(f"Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) per topic "
-                             f"per micro-batch ({floor['micro_batches']} micro-batches)", floor)
+        report += timed_rows(f"Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) "
+                             f"per topic per micro-batch ({floor['micro_batches']} micro-batches)", floor)
     report += [
         f"| native ceiling: pyarrow JSON read + Parquet write | {native_seconds:.1f} | {native_rate:,.0f} | 1.00x |",
         "",
         "Where each run's time went (Spark `durationMs` summed over micro-batches, seconds; queries run concurrently):",
         "",
-        "| files per micro-batch | views | query | micro-batches | addBatch s | s per micro-batch | triggerExecution s |",
+        "| files per micro-batch | views | query | micro-batches | addBatch s | s per micro-batch "
+        "| triggerExecution s |",
         "|---:|---|---|---:|---:|---:|---:|",
     ]
     for result in runs:
@@ -175,8 +180,9 @@ def main() -> int:
             batches = breakdown.get(f"{query}.batches", 0)
             added = breakdown.get(f"{query}.addBatch", 0.0)
             report.append(
-                f"| {result['files']} | {label(result['views'], result['rsd'])} | {query} | {batches:.0f} | {added:.1f} | {added / max(batches, 1):.2f} | "
-                f"{breakdown.get(f'{query}.triggerExecution', 0.0):.1f} |"
+                f"| {result['files']} | {label(result['views'], result['rsd'])} | {query} | {batches:.0f} "
+                f"| {added:.1f} | {added / max(batches, 1):.2f} "
+                f"| {breakdown.get(f'{query}.triggerExecution', 0.0):.1f} |"
             )
     report.append("")
     args.report.parent.mkdir(parents=True, exist_ok=True)

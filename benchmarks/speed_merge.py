@@ -12,7 +12,8 @@ five minutes, and a few orders from 70 minutes before (``unpaid`` at the waterma
 micro-batch is merged two ways, alternating: matched on the key alone (``order_id``, what the
 speed layer did before) and on :attr:`include.registry.ViewSpec.merge_on` (the key, its key time
 and day, from whose range in the micro-batch delta-rs skips files). Reports the median seconds,
-the part delta-rs spent scanning the table for matches, and the rows it rewrote. Writes ``benchmarks/results/speed_merge.md``.
+the part delta-rs spent scanning the table for matches, and the rows it rewrote. Writes
+``benchmarks/results/speed_merge.md``.
 """
 
 from __future__ import annotations
@@ -45,20 +46,23 @@ def orders(view, count: int, first: datetime, span: timedelta, status: str) -> p
     return pa.table({
         "order_id": [uuid.uuid4().hex for _ in times], "user_id": ["U1"] * count, "category": ["books"] * count,
         "amount": [10.0] * count, "order_time": times,
-        "payment_id": [uuid.uuid4().hex if paid else None for _ in times], "paid_amount": [10.0 if paid else None] * count,
+        "payment_id": [uuid.uuid4().hex if paid else None for _ in times],
+        "paid_amount": [10.0 if paid else None] * count,
         "pay_time": [at + timedelta(minutes=1) if paid else None for at in times], "status": [status] * count,
         "date": [at.date() for at in times],
-    }, schema=arrow_schema(view.schema))
+    }, schema=arrow_schema(view.fields))
 
 
 def micro_batch(view, stored: deque[pa.Table], now: datetime, args: argparse.Namespace) -> pa.Table:  # noqa: ANN001
     """New pending orders, payments of recent ones, and orders unpaid at the watermark."""
     count = args.orders_per_second * args.micro_batch_seconds
-    new = orders(view, count, now - timedelta(seconds=args.micro_batch_seconds), timedelta(seconds=args.micro_batch_seconds), "pending")
+    span = timedelta(seconds=args.micro_batch_seconds)
+    new = orders(view, count, now - span, span, "pending")
     recent = pa.concat_tables(list(stored)[-5:])  # the last five minutes' files
     paid = recent.slice(0, count).to_pylist()
     for row in paid:
-        row.update(payment_id=uuid.uuid4().hex, paid_amount=row["amount"], pay_time=row["order_time"] + timedelta(minutes=1), status="paid")
+        row.update(payment_id=uuid.uuid4().hex, paid_amount=row["amount"],
+                   pay_time=row["order_time"] + timedelta(minutes=1), status="paid")
     old = stored[0]  # 70 minutes back, or the oldest
     unpaid = old.slice(0, 20).to_pylist()
     for row in unpaid:
@@ -82,7 +86,8 @@ def run(hours: int, args: argparse.Namespace) -> dict[str, list]:
         store.ensure_table(view.speed_table, view.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
         stored: deque[pa.Table] = deque(maxlen=70)  # what a micro-batch updates: the last 70 minutes
         for minute in range(hours * 60):
-            rows = orders(view, args.orders_per_second * 60, START + timedelta(minutes=minute), timedelta(minutes=1), "paid")
+            rows = orders(view, args.orders_per_second * 60, START + timedelta(minutes=minute), timedelta(minutes=1),
+                          "paid")
             store.append(view.speed_table, rows)
             stored.append(rows)
         now = START + timedelta(hours=hours)
@@ -111,11 +116,12 @@ def main() -> None:
         "# Speed-table merge benchmark", "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%MZ} on {platform.node()}: {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, `{' '.join(sys.argv[1:]) or 'defaults'}`.", "",
-        f"`speed/order_payments` holding the hours below at {args.orders_per_second} orders/s (one file a minute); each "
-        f"micro-batch: {args.orders_per_second * args.micro_batch_seconds:,} new pending orders, as many payments of orders "
-        "from the last five minutes, 20 orders unpaid at the watermark (70 minutes back). Medians of "
-        f"{args.repeats} micro-batches per way, the two ways alternating.", "",
-        "| hours stored | rows stored | matched on | median s | of which scanning for matches s | rows rewritten | key alone / merge_on |",
+        f"`speed/order_payments` holding the hours below at {args.orders_per_second} orders/s (one file a minute); "
+        f"each micro-batch: {args.orders_per_second * args.micro_batch_seconds:,} new pending orders, as many "
+        "payments of orders from the last five minutes, 20 orders unpaid at the watermark (70 minutes back). "
+        f"Medians of {args.repeats} micro-batches per way, the two ways alternating.", "",
+        "| hours stored | rows stored | matched on | median s | of which scanning for matches s | rows rewritten "
+        "| key alone / merge_on |",
         "|---:|---:|---|---:|---:|---:|---:|",
     ]
     for hours in args.hours:
@@ -125,7 +131,8 @@ def main() -> None:
             ratio = f"**{medians['key alone'] / medians['merge_on']:.1f}x**" if way == "merge_on" else ""
             keys = "`order_id`" if way == "key alone" else "`order_id`, `order_time`, `date`"
             report.append(f"| {hours} | {hours * 3600 * args.orders_per_second:,} | {keys} | {medians[way]:.2f} | "
-                          f"{statistics.median(r[1] for r in rows):.2f} | {statistics.median(r[2] for r in rows):,.0f} | {ratio} |")
+                          f"{statistics.median(r[1] for r in rows):.2f} | "
+                          f"{statistics.median(r[2] for r in rows):,.0f} | {ratio} |")
         print("\n".join(report[-2:]), flush=True)
     text = "\n".join(report) + "\n"
     args.report.parent.mkdir(parents=True, exist_ok=True)

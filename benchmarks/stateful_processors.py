@@ -41,9 +41,11 @@ def write_inputs(folder: Path, args: argparse.Namespace) -> dict[str, Path]:
     for path in paths.values():
         path.mkdir(parents=True)
     for number in range(args.batches):
-        seconds = [START + timedelta(seconds=number * args.seconds_per_batch + s) for s in range(args.seconds_per_batch)]
+        seconds = [START + timedelta(seconds=number * args.seconds_per_batch + s)
+                   for s in range(args.seconds_per_batch)]
         sensors = [(f"D{d:05d}", round(rnd.gauss(40, 3), 2), at) for at in seconds for d in range(args.devices)]
-        clicks = [(f"U{rnd.randrange(args.users):06d}", f"/p{rnd.randrange(50)}", rnd.choice(("view", "view", "add_to_cart")), at)
+        clicks = [(f"U{rnd.randrange(args.users):06d}", f"/p{rnd.randrange(50)}",
+                   rnd.choice(("view", "view", "add_to_cart")), at)
                   for at in seconds for _ in range(args.clicks_per_second)]
         orders = [(f"U{rnd.randrange(args.users):06d}", at) for at in seconds for _ in range(5)]
         for topic, rows, names in (("sensors", sensors, ("device_id", "temperature", "event_time")),
@@ -108,14 +110,16 @@ def main() -> int:
         f"{args.batches} micro-batches of {args.seconds_per_batch} s of event time ({span // 60} min in all): "
         f"{args.devices:,} devices reading once a second and 5 orders a second for `alerts`; "
         f"{args.clicks_per_second:,} clicks a second from {args.users:,} users for `user_sessions`. "
-        "Seconds per micro-batch, in the first and the last fifth of the run (flat: the state's size does not slow it).", "",
+        "Seconds per micro-batch, in the first and the last fifth of the run "
+        "(flat: the state's size does not slow it).", "",
         "| view | micro-batches | first fifth s per batch | last fifth s per batch | last / first | total s |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for view, seconds in runs.items():
         fifth = max(1, len(seconds) // 5)
         first, last = sum(seconds[:fifth]) / fifth, sum(seconds[-fifth:]) / fifth
-        report.append(f"| `{view}` | {len(seconds)} | {first:.2f} | {last:.2f} | {last / first:.2f} | {sum(seconds):.1f} |")
+        report.append(f"| `{view}` | {len(seconds)} | {first:.2f} | {last:.2f} | {last / first:.2f} "
+                      f"| {sum(seconds):.1f} |")
     text = "\n".join(report) + "\n"
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text, encoding="utf-8")

@@ -24,5 +24,6 @@ def ingest_totals(store: LakehouseStore) -> list[dict]:
     for row in totals.to_pylist():
         counts = {key.removesuffix("_rows_sum"): value or 0 for key, value in row.items() if key != "topic"}
         counts["duplicate"] = counts["bronze"] - counts["silver"] - counts["dlq"]
-        result.append({"topic": row["topic"], **{k: counts[k] for k in ("bronze", "silver", "dlq", "duplicate", "late")}})
+        result.append({"topic": row["topic"],
+                       **{k: counts[k] for k in ("bronze", "silver", "dlq", "duplicate", "late")}})
     return result

@@ -18,7 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 ENV_PREFIX = "LAMBDALAKE_"
 
 _DURATION = re.compile(
-    r"^\s*(?P<amount>-?\d+(?:\.\d+)?)\s*(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)?\s*$",
+    r"^\s*(?P<amount>-?\d+(?:\.\d+)?)\s*"
+    r"(?P<unit>ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)?\s*$",
     re.IGNORECASE,
 )
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -129,7 +130,9 @@ class Settings(BaseSettings):
     approx_distinct_rsd: float = Field(default=0.02, ge=0.005, le=0.3, description="relative standard deviation")
     # Alert rules (the alerts view).
     temperature_limit: float = Field(default=80.0, description="high_temperature: a reading above this")
-    velocity_limit: int = Field(default=5, ge=1, description="order_velocity: more orders than this per user in 5 minutes")
+    velocity_limit: int = Field(
+        default=5, ge=1, description="order_velocity: more orders than this per user in 5 minutes"
+    )
     # Orchestration.
     batch_start_date: date = Field(default=date(2026, 11, 1), description="first day the nightly DAG runs for")
     alert_webhook_url: str = ""
@@ -144,7 +147,9 @@ class Settings(BaseSettings):
     # run/spark.log instead of the terminal; INFO (--verbose) or DEBUG shows it.
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     # Serving.
-    serve_token: SecretStr = Field(default=SecretStr(""), description="bearer token of `lambdalake serve` (else generated)")
+    serve_token: SecretStr = Field(
+        default=SecretStr(""), description="bearer token of `lambdalake serve` (else generated)"
+    )
     query_timeout: timedelta = Field(default=timedelta(seconds=30), description="a serving query is cancelled past it")
     max_reconciliation_drift: float = Field(default=0.5, gt=0, description="share of a batch metric")
 
@@ -185,8 +190,8 @@ class Settings(BaseSettings):
         :func:`include.views.speed_trigger_intervals`)."""
         return _view_intervals(self.view_triggers)
 
-    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout", "landing_max_file_age",
-                     mode="before")
+    @field_validator("stall_after", "restart_backoff", "freshness_sla", "dedup_window", "query_timeout",
+                     "landing_max_file_age", mode="before")
     @classmethod
     def _durations(cls, value: Any, info: Any) -> timedelta:
         return parse_duration(value, info.field_name.replace("_", " "))

@@ -53,8 +53,9 @@ def bronze_fingerprint(store: LakehouseStore, settings: Settings, day: date) -> 
 def mark_covered(store: LakehouseStore, day: date, fingerprint: dict[str, int]) -> None:
     store.ensure_table(tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA)
     row = pa.Table.from_pylist(
-        [{"date": day, "covered_at": datetime.now(timezone.utc), "bronze_rows": json.dumps(fingerprint, sort_keys=True)}],
-        schema=tables.arrow_schema(tables.BATCH_COVERAGE_SCHEMA),
+        [{"date": day, "covered_at": datetime.now(timezone.utc),
+          "bronze_rows": json.dumps(fingerprint, sort_keys=True)}],
+        schema=tables.arrow_schema(tables.BATCH_COVERAGE_FIELDS),
     )
     store.merge(tables.BATCH_COVERAGE, row, ["date"])
 

@@ -35,8 +35,10 @@ def announce_alerts(settings: Settings, alerts: list[dict[str, Any]], txn: Any =
     rows = []
     for alert in sorted(alerts, key=lambda a: a["alert_id"]):
         value = f"{alert['value']:.2f}" if alert["kind"] != "order_velocity" else f"{alert['value']:.0f} orders"
-        message = f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, {value} (threshold {alert['threshold']:g})"
-        rows.append(_row("alerts", "warning", message, {key: alert[key] for key in alert if key != "date"}, logging.INFO))
+        message = (f"{alert['kind']}: {alert['entity_id']} at {alert['event_time']:%Y-%m-%d %H:%M:%S} UTC, "
+                   f"{value} (threshold {alert['threshold']:g})")
+        details = {key: alert[key] for key in alert if key != "date"}
+        rows.append(_row("alerts", "warning", message, details, logging.INFO))
     _record(settings, rows, txn)
     for row in rows:
         _post(settings, row)
@@ -54,11 +56,11 @@ def _record(settings: Settings, rows: list[dict[str, Any]], txn: Any = None) -> 
     import pyarrow as pa
 
     from include.lakehouse import open_store
-    from include.tables import ALERTS, ALERTS_SCHEMA, arrow_schema
+    from include.tables import ALERTS, ALERTS_FIELDS, ALERTS_SCHEMA, arrow_schema
 
     store = open_store(settings)
     store.ensure_table(ALERTS, ALERTS_SCHEMA)
-    store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_SCHEMA)), txn)
+    store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_FIELDS)), txn)
 
 
 def _post(settings: Settings, row: dict[str, Any]) -> None:

@@ -67,7 +67,8 @@ def _string(path: str) -> Column:
 
 def _timestamp(path: str) -> Column:
     text = _string(path)
-    return F.when(text.rlike(TIMESTAMP_PATTERN), F.expr(f"try_cast(variant_get({JSON}, '$.{path}', 'string') AS TIMESTAMP)"))
+    return F.when(text.rlike(TIMESTAMP_PATTERN),
+                  F.expr(f"try_cast(variant_get({JSON}, '$.{path}', 'string') AS TIMESTAMP)"))
 
 
 def _field_problems(topic: str, schema: StructType, prefix: str = "") -> list[tuple[Column, Column]]:
@@ -82,7 +83,8 @@ def _field_problems(topic: str, schema: StructType, prefix: str = "") -> list[tu
             problems.append((value.isNull(), F.lit(f"missing field '{path}'")))
             problems.append((null, F.lit(f"null value for required field '{path}'")))
         present = value.isNotNull() & ~null
-        problems.append((present & ~_has_type(f"variant_get({JSON}, '$.{path}')", json_type), F.lit(f"wrong type for '{path}': expected {json_type}")))
+        problems.append((present & ~_has_type(f"variant_get({JSON}, '$.{path}')", json_type),
+                         F.lit(f"wrong type for '{path}': expected {json_type}")))
         if json_type == "timestamp":
             problems.append(
                 (present & _timestamp(path).isNull(),
@@ -146,7 +148,8 @@ def with_reason(lines: DataFrame, topic: str | None = None, max_line_bytes: int 
         reason = None
         for name in TOPICS:
             named = precise_reason(name, max_line_bytes)
-            reason = F.when(F.col("topic") == name, named) if reason is None else reason.when(F.col("topic") == name, named)
+            reason = (F.when(F.col("topic") == name, named) if reason is None
+                      else reason.when(F.col("topic") == name, named))
     within_limit = F.col("rejected") & (F.length("value") <= max_line_bytes)
     parsed = F.when(within_limit, F.expr("try_parse_json(cast(value AS STRING))"))
     return lines.withColumn(JSON, parsed).withColumn("reason", F.when(F.col("rejected"), reason)).drop(JSON)

@@ -76,7 +76,10 @@ def keep_with_timer(handle: StatefulProcessorHandle, state, value: object | None
     state.update((value, timer_ms))
 
 
-SESSION_STATE = "sessions array<struct<start: long, end: long, events: long, pages: array<string>, converted: boolean>>, timer_ms long"
+SESSION_STATE = (
+    "sessions array<struct<start: long, end: long, events: long, pages: array<string>, converted: boolean>>, "
+    "timer_ms long"
+)
 SESSION_OUTPUT = "user_id string, start_us long, end_us long, events long, pages long, converted boolean"
 
 
@@ -117,7 +120,9 @@ class OpenSessions(StatefulProcessor):
                           pages=len(session.pages), converted=session.converted)
         self._keep(after, timerValues.getCurrentWatermarkInMs(), timer_ms)
 
-    def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+    def handleExpiredTimer(
+        self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Row]:
         self._keep(self._stored()[0], timerValues.getCurrentWatermarkInMs(), None)  # the timer fired
         return iter([])
 
@@ -208,7 +213,9 @@ class AlertDetector(StatefulProcessor):
             alerts = self._orders(entity_id, events, now_us, horizon_us, timer_fired=False)
         return iter(alerts)
 
-    def _readings(self, device_id: str, readings: list[Row], now_us: int, horizon_us: int, timer_fired: bool) -> list[Row]:
+    def _readings(
+        self, device_id: str, readings: list[Row], now_us: int, horizon_us: int, timer_fired: bool
+    ) -> list[Row]:
         rules = self.rules
         stored = self.history.get()
         recent = unpack(stored[0] if stored else None, 2)
@@ -219,10 +226,12 @@ class AlertDetector(StatefulProcessor):
             if reading.temperature > rules.temperature_limit:
                 alerts.append(self._alert("high_temperature", device_id, reading.event_us, reading.temperature,
                                           rules.temperature_limit, now_us))
-            first, last = bisect_left(times, reading.event_us - rules.anomaly_lookback_us), bisect_left(times, reading.event_us)
+            first, last = (bisect_left(times, reading.event_us - rules.anomaly_lookback_us),
+                           bisect_left(times, reading.event_us))
             z = z_score(centis[first:last], centi, rules)
             if z is not None:
-                alerts.append(self._alert("temperature_anomaly", device_id, reading.event_us, z, rules.anomaly_sigmas, now_us))
+                alerts.append(self._alert("temperature_anomaly", device_id, reading.event_us, z, rules.anomaly_sigmas,
+                                          now_us))
             at = bisect_right(times, reading.event_us)
             times.insert(at, reading.event_us)
             centis.insert(at, centi)
@@ -247,7 +256,8 @@ class AlertDetector(StatefulProcessor):
         for start in sorted(changed):
             if windows[start][0] > rules.velocity_limit:
                 windows[start][1] = now_us if windows[start][1] < 0 else windows[start][1]
-                alerts.append(self._alert("order_velocity", user_id, start, windows[start][0], rules.velocity_limit, windows[start][1]))
+                alerts.append(self._alert("order_velocity", user_id, start, windows[start][0], rules.velocity_limit,
+                                          windows[start][1]))
         # A window the watermark has passed gets no more on-time orders.
         open_ = sorted(start for start in windows if start + width > horizon_us)
         value = pack(n for start in open_ for n in (start, *windows[start])) if open_ else None
@@ -255,7 +265,9 @@ class AlertDetector(StatefulProcessor):
         keep_with_timer(self.handle, self.windows, value, None if timer_fired or not stored else stored[1], due_ms)
         return alerts
 
-    def handleExpiredTimer(self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
+    def handleExpiredTimer(
+        self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Row]:
         horizon_us = timerValues.getCurrentWatermarkInMs() * 1000
         forget = self._readings if key[0] == "sensors" else self._orders
         return iter(forget(key[1], [], 0, horizon_us, timer_fired=True))
@@ -269,4 +281,7 @@ class AlertDetector(StatefulProcessor):
         pass
 
 
-__all__ = ["AlertDetector", "AlertRules", "OpenSessions", "Session", "keep_with_timer", "merge_sessions", "pack", "unpack", "z_score"]
+__all__ = [
+    "AlertDetector", "AlertRules", "OpenSessions", "Session", "keep_with_timer", "merge_sessions", "pack", "unpack",
+    "z_score",
+]

@@ -12,11 +12,12 @@ schema is asked for: columns are declared as ``"name type, …"`` and metrics as
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING, Literal, Protocol
+
+from include import ddl
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,35 +27,14 @@ if TYPE_CHECKING:
     from include.config import Settings
     from include.lakehouse import Txn
 
-def declared_columns(fields: str) -> list[tuple[str, str]]:
-    """``"name type, name decimal(28,2)"`` as (name, type) pairs."""
-    return [tuple(declared.split()) for declared in re.split(r",(?![^(]*\))", fields)]
-
-
 def column_names(fields: str) -> list[str]:
     """The names of ``"name type, name type"``."""
-    return [name for name, _ in declared_columns(fields)]
+    return ddl.names(fields)
 
 
 def struct(fields: str) -> StructType:
-    """A StructType (all fields nullable) from ``"name type, name type"`` of simple types."""
-    from pyspark.sql import types as T
-
-    spark_types = {
-        "string": T.StringType(), "double": T.DoubleType(), "bigint": T.LongType(), "int": T.IntegerType(),
-        "boolean": T.BooleanType(), "date": T.DateType(), "timestamp": T.TimestampType(), "binary": T.BinaryType(),
-    }
-    spark_types |= {f"array<{name}>": T.ArrayType(kind) for name, kind in list(spark_types.items())}
-    parsed = []
-    for name, kind in declared_columns(fields):
-        decimal = re.fullmatch(r"decimal\((\d+),(\d+)\)", kind)
-        if decimal:
-            spark_types[kind] = T.DecimalType(int(decimal[1]), int(decimal[2]))
-        if kind not in spark_types:
-            raise ValueError(f"column '{name}' has type '{kind}'; view columns take one of {', '.join(spark_types)}, "
-                             "decimal(p,s)")
-        parsed.append(T.StructField(name, spark_types[kind]))
-    return T.StructType(parsed)
+    """A StructType (fields nullable unless declared NOT NULL) from ``"name type, name type"``."""
+    return ddl.spark_schema(fields)
 
 
 # A row prefix ("", "s.", "t.") -> SQL sort keys, best row first (ascending, nulls last).
@@ -218,7 +198,8 @@ class ViewSpec:
         if unknown:
             raise ValueError(f"view '{self.name}': its partials merge {unknown}, which are not its columns")
         if self.kind == "fact" and self.key_time not in column_names(self.fields):
-            raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, not '{self.key_time}'")
+            raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, "
+                             f"not '{self.key_time}'")
 
     def __call__(self, inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
         return self.define(inputs, context)

@@ -1,85 +1,51 @@
-"""Event schemas: one StructType per landing topic (the typed Silver shape), as constants.
+"""Event schemas: one declaration per landing topic (the typed Silver shape).
 
-The landing contract is in docs/architecture.md; the parser validates raw JSON against these.
+The landing contract is in docs/architecture.md; the parser validates raw JSON against these:
+a ``NOT NULL`` field is required. Each schema is declared once as ``X_FIELDS`` (``"name type, …"``,
+:mod:`include.ddl`), without Spark; ``X_SCHEMA`` (and :attr:`Topic.schema`) is its Spark
+StructType, built the first time it is asked for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pyspark.sql.types import (
-    DoubleType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from include import ddl
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 CLICK_ACTIONS = ("view", "click", "add_to_cart")
 CDC_OPS = ("c", "u", "d", "r")
 
-CLICKS_SCHEMA = StructType(
-    [
-        StructField("event_id", StringType(), False),
-        StructField("user_id", StringType(), False),
-        StructField("session_id", StringType(), False),
-        StructField("page_url", StringType(), False),
-        StructField("action", StringType(), False),
-        StructField("device_type", StringType(), False),
-        StructField("product_id", StringType(), True),
-        StructField("event_time", TimestampType(), False),
-    ]
+CLICKS_FIELDS = (
+    "event_id string NOT NULL, user_id string NOT NULL, session_id string NOT NULL, page_url string NOT NULL, "
+    "action string NOT NULL, device_type string NOT NULL, product_id string, event_time timestamp NOT NULL"
 )
 
-ORDERS_SCHEMA = StructType(
-    [
-        StructField("order_id", StringType(), False),
-        StructField("user_id", StringType(), False),
-        StructField("product_id", StringType(), False),
-        StructField("category", StringType(), False),
-        StructField("amount", DoubleType(), False),
-        StructField("event_time", TimestampType(), False),
-    ]
+ORDERS_FIELDS = (
+    "order_id string NOT NULL, user_id string NOT NULL, product_id string NOT NULL, category string NOT NULL, "
+    "amount double NOT NULL, event_time timestamp NOT NULL"
 )
 
-PAYMENTS_SCHEMA = StructType(
-    [
-        StructField("payment_id", StringType(), False),
-        StructField("order_id", StringType(), False),
-        StructField("amount", DoubleType(), False),
-        StructField("method", StringType(), False),
-        StructField("event_time", TimestampType(), False),
-    ]
+PAYMENTS_FIELDS = (
+    "payment_id string NOT NULL, order_id string NOT NULL, amount double NOT NULL, method string NOT NULL, "
+    "event_time timestamp NOT NULL"
 )
 
-CUSTOMER_ROW_SCHEMA = StructType(
-    [
-        StructField("customer_id", StringType(), False),
-        StructField("name", StringType(), True),
-        StructField("email", StringType(), True),
-        StructField("segment", StringType(), True),
-        StructField("country", StringType(), True),
-    ]
+CUSTOMER_ROW_FIELDS = "customer_id string NOT NULL, name string, email string, segment string, country string"
+
+CUSTOMERS_CDC_FIELDS = (
+    "op string NOT NULL, ts_ms bigint NOT NULL, "
+    f"before struct<{CUSTOMER_ROW_FIELDS}>, after struct<{CUSTOMER_ROW_FIELDS}>"
 )
 
-CUSTOMERS_CDC_SCHEMA = StructType(
-    [
-        StructField("op", StringType(), False),
-        StructField("ts_ms", LongType(), False),
-        StructField("before", CUSTOMER_ROW_SCHEMA, True),
-        StructField("after", CUSTOMER_ROW_SCHEMA, True),
-    ]
+SENSORS_FIELDS = (
+    "device_id string NOT NULL, temperature double NOT NULL, humidity double NOT NULL, event_time timestamp NOT NULL"
 )
 
-SENSORS_SCHEMA = StructType(
-    [
-        StructField("device_id", StringType(), False),
-        StructField("temperature", DoubleType(), False),
-        StructField("humidity", DoubleType(), False),
-        StructField("event_time", TimestampType(), False),
-    ]
-)
+__getattr__ = ddl.spark_schemas(globals(), __name__)  # CLICKS_SCHEMA, …: built on first use
 
 
 @dataclass(frozen=True)
@@ -87,21 +53,26 @@ class Topic:
     """A landing topic: its schema and how its events are identified."""
 
     name: str
-    schema: StructType
+    fields: str  # the typed event, declared (include.ddl)
     # Fields whose values, joined by '|', form the event id used in late_events and dedup.
     id_fields: tuple[str, ...]
     # The entity whose events must stay in order: the Kafka record key (one partition per key).
     entity_field: str
 
+    @property
+    def schema(self) -> StructType:
+        """The typed event as a Spark schema."""
+        return ddl.spark_schema(self.fields)
+
 
 TOPICS: dict[str, Topic] = {
     topic.name: topic
     for topic in (
-        Topic("clicks", CLICKS_SCHEMA, ("event_id",), "user_id"),
-        Topic("orders", ORDERS_SCHEMA, ("order_id",), "order_id"),
-        Topic("payments", PAYMENTS_SCHEMA, ("payment_id",), "order_id"),  # with its order's key
-        Topic("customers_cdc", CUSTOMERS_CDC_SCHEMA, ("customer_id", "ts_ms"), "customer_id"),
-        Topic("sensors", SENSORS_SCHEMA, ("device_id", "event_time"), "device_id"),
+        Topic("clicks", CLICKS_FIELDS, ("event_id",), "user_id"),
+        Topic("orders", ORDERS_FIELDS, ("order_id",), "order_id"),
+        Topic("payments", PAYMENTS_FIELDS, ("payment_id",), "order_id"),  # with its order's key
+        Topic("customers_cdc", CUSTOMERS_CDC_FIELDS, ("customer_id", "ts_ms"), "customer_id"),
+        Topic("sensors", SENSORS_FIELDS, ("device_id", "event_time"), "device_id"),
     )
 }
 TOPIC_NAMES = tuple(TOPICS)

@@ -47,12 +47,13 @@ def check_runnable(master: str, binary: str, environ: dict[str, str]) -> None:
     if shutil.which(binary, path=environ.get("PATH")) is None:
         raise SparkNotRunnable(f"Spark cannot run: '{binary}' is neither on PATH nor in pyspark's bin "
                                f"(set the connection's spark-binary to one that exists, or install pyspark)")
-    java = Path(environ["JAVA_HOME"]) / "bin" / "java" if environ.get("JAVA_HOME") else shutil.which("java", path=environ.get("PATH"))
+    java = (Path(environ["JAVA_HOME"]) / "bin" / "java" if environ.get("JAVA_HOME")
+            else shutil.which("java", path=environ.get("PATH")))
     if java is None or not Path(java).exists():
         raise SparkNotRunnable("Spark cannot run: no Java (set JAVA_HOME or put java on PATH)")
     if not MASTER.fullmatch(master):
-        raise SparkNotRunnable(f"Spark cannot run: master '{master}' is not local[N], spark://HOST:PORT, yarn or k8s://URL "
-                               f"(connection {CONN_ID}, else LAMBDALAKE_SPARK_MASTER)")
+        raise SparkNotRunnable(f"Spark cannot run: master '{master}' is not local[N], spark://HOST:PORT, yarn or "
+                               f"k8s://URL (connection {CONN_ID}, else LAMBDALAKE_SPARK_MASTER)")
     if master == "yarn" and not (environ.get("HADOOP_CONF_DIR") or environ.get("YARN_CONF_DIR")):
         raise SparkNotRunnable("Spark cannot run: master 'yarn' needs HADOOP_CONF_DIR or YARN_CONF_DIR")
 
@@ -71,7 +72,9 @@ class SparkJobOperator(SparkSubmitOperator):
         try:
             Connection.get(CONN_ID)
         except AirflowNotFoundException:
-            fallback[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps({"conn_type": "spark", "host": spark_master_fallback()})
+            fallback[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+                {"conn_type": "spark", "host": spark_master_fallback()}
+            )
         path = os.pathsep.join([os.environ.get("PATH", ""), str(installed_spark_bin())]).lstrip(os.pathsep)
         # dag.test() runs tasks in its own process: the fallback must not outlive this task.
         with _environ(PATH=path, **fallback):

@@ -1,27 +1,27 @@
-"""Lakehouse table names and schemas, shared by the speed, batch and serving layers."""
+"""Lakehouse table names and schemas, shared by the speed, batch and serving layers.
+
+Each schema is declared once as ``X_FIELDS`` (``"name type, …"``, :mod:`include.ddl`), without
+Spark: serving and ``status`` read the declarations. ``X_SCHEMA`` is its Spark StructType, built
+the first time it is asked for, and :func:`arrow_schema` gives its Arrow schema.
+"""
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
-
+from include import ddl
 from include.schemas import TOPICS
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
 
-def arrow_schema(schema: StructType) -> pa.Schema:
-    """A table schema as Arrow (timestamps in UTC), for rows built on the driver."""
+
+def arrow_schema(schema: str | StructType) -> pa.Schema:
+    """A table schema as Arrow (timestamps in UTC), for rows built on the driver: from its
+    declaration (no Spark), or from a Spark schema."""
+    if isinstance(schema, str):
+        return ddl.arrow_schema(schema)
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(schema, timezone="UTC")
@@ -48,21 +48,21 @@ RECONCILIATION = "reconciliation"
 BATCH_COVERAGE = "ops/batch_coverage"
 
 # Where a line came from and when: the same for every source (landing file, Kafka, rate).
-INGEST_METADATA = [
-    StructField("source", StringType()),  # file path, or topic/partition/offset
-    StructField("arrived_at", TimestampType()),  # file modification time or Kafka timestamp
-    StructField("ingested_at", TimestampType()),
-    StructField("batch_id", LongType()),
-]
-
-BRONZE_SCHEMA = StructType(
-    [StructField("value", BinaryType()), *INGEST_METADATA, StructField("event_date", DateType())]
+INGEST_METADATA_FIELDS = (
+    "source string, "  # file path, or topic/partition/offset
+    "arrived_at timestamp, "  # file modification time or Kafka timestamp
+    "ingested_at timestamp, batch_id bigint"
 )
+
+BRONZE_FIELDS = f"value binary, {INGEST_METADATA_FIELDS}, event_date date"
 BRONZE_PARTITIONS = ["event_date"]
 
 
 def nullable(schema: StructType) -> StructType:
-    """The same schema with every field, nested ones too, nullable (tables hold partial rows)."""
+    """The same Spark schema with every field, nested ones too, nullable (tables hold partial
+    rows); :func:`include.ddl.nullable` does it to a declaration."""
+    from pyspark.sql.types import StructField, StructType
+
     return StructType(
         [
             StructField(f.name, nullable(f.dataType) if isinstance(f.dataType, StructType) else f.dataType, True)
@@ -71,127 +71,60 @@ def nullable(schema: StructType) -> StructType:
     )
 
 
-def silver_schema(topic: str) -> StructType:
+def silver_fields(topic: str) -> str:
     """The topic's typed fields, its event id and time, ingestion metadata and the event date."""
-    fields = list(nullable(TOPICS[topic].schema).fields)
-    names = TOPICS[topic].schema.fieldNames()
-    if "event_time" not in names:  # CDC: derived from ts_ms
-        fields.append(StructField("event_time", TimestampType()))
-    if "event_id" not in names:
-        fields.append(StructField("event_id", StringType()))
-    return StructType(
-        [
-            *fields,
-            *INGEST_METADATA,
-            StructField("is_late", BooleanType()),
-            StructField("date", DateType()),
-        ]
-    )
+    declared = TOPICS[topic].fields
+    derived = []
+    if "event_time" not in ddl.names(declared):  # CDC: derived from ts_ms
+        derived.append("event_time timestamp")
+    if "event_id" not in ddl.names(declared):
+        derived.append("event_id string")
+    return ", ".join([ddl.nullable(declared), *derived, INGEST_METADATA_FIELDS, "is_late boolean, date date"])
+
+
+def silver_schema(topic: str) -> StructType:
+    return ddl.spark_schema(silver_fields(topic))
 
 
 SILVER_PARTITIONS = ["date"]
 
-DLQ_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("raw", StringType()),
-        StructField("reason", StringType()),
-        StructField("source", StringType()),
-        StructField("ingested_at", TimestampType()),
-        StructField("batch_id", LongType()),
-    ]
-)
+DLQ_FIELDS = "topic string, raw string, reason string, source string, ingested_at timestamp, batch_id bigint"
 
-LATE_EVENTS_SCHEMA = StructType(
-    [
-        StructField("topic", StringType()),
-        StructField("event_id", StringType()),
-        StructField("event_time", TimestampType()),
-        StructField("arrived_at", TimestampType()),
-        StructField("watermark_at_arrival", TimestampType()),
-        StructField("lateness_seconds", DoubleType()),
-        StructField("batch_id", LongType()),
-    ]
+LATE_EVENTS_FIELDS = (
+    "topic string, event_id string, event_time timestamp, arrived_at timestamp, watermark_at_arrival timestamp, "
+    "lateness_seconds double, batch_id bigint"
 )
 
 # One row per query, micro-batch and topic: the speed layer's accounting. ``speed_bronze`` fills
 # bronze_rows; ``speed_ingest`` the rest, and its max_event_time is the ingest watermark's state.
 # Duplicates removed = Bronze - Silver - DLQ (a duplicate never reaches Silver or the DLQ).
-INGEST_BATCHES_SCHEMA = StructType(
-    [
-        StructField("query", StringType()),
-        StructField("batch_id", LongType()),
-        StructField("topic", StringType()),
-        StructField("bronze_rows", LongType()),
-        StructField("dlq_rows", LongType()),
-        StructField("silver_rows", LongType()),
-        StructField("late_rows", LongType()),
-        StructField("max_event_time", TimestampType()),
-        StructField("watermark", TimestampType()),
-        StructField("processed_at", TimestampType()),
-    ]
+INGEST_BATCHES_FIELDS = (
+    "query string, batch_id bigint, topic string, bronze_rows bigint, dlq_rows bigint, silver_rows bigint, "
+    "late_rows bigint, max_event_time timestamp, watermark timestamp, processed_at timestamp"
 )
 
-STREAM_METRICS_SCHEMA = StructType(
-    [
-        StructField("query", StringType()),
-        StructField("run_id", StringType()),
-        StructField("batch_id", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("input_rows", LongType()),
-        StructField("input_rows_per_second", DoubleType()),
-        StructField("processed_rows_per_second", DoubleType()),
-        StructField("batch_duration_ms", LongType()),
-        StructField("duration_ms", StringType()),  # JSON: Spark's durationMs breakdown
-        StructField("watermark", TimestampType()),
-        StructField("state_rows", LongType()),
-        StructField("rows_dropped_by_watermark", LongType()),
-        StructField("output_rows", LongType()),
-        StructField("max_event_time", TimestampType()),  # the newest event time the batch read
-    ]
+STREAM_METRICS_FIELDS = (
+    "query string, run_id string, batch_id bigint, timestamp timestamp, input_rows bigint, "
+    "input_rows_per_second double, processed_rows_per_second double, batch_duration_ms bigint, "
+    "duration_ms string, "  # JSON: Spark's durationMs breakdown
+    "watermark timestamp, state_rows bigint, rows_dropped_by_watermark bigint, output_rows bigint, "
+    "max_event_time timestamp"  # the newest event time the batch read
 )
 
-RECONCILIATION_SCHEMA = StructType(
-    [
-        StructField("view", StringType()),
-        StructField("date", DateType()),
-        StructField("metric", StringType()),
-        StructField("speed_value", DoubleType()),
-        StructField("batch_value", DoubleType()),
-        StructField("diff", DoubleType()),
-        StructField("computed_at", TimestampType()),
-    ]
+RECONCILIATION_FIELDS = (
+    "view string, date date, metric string, speed_value double, batch_value double, diff double, computed_at timestamp"
 )
 
 # A day is batch-covered once its row is here; bronze_rows fingerprints the input it was built from.
-BATCH_COVERAGE_SCHEMA = StructType(
-    [
-        StructField("date", DateType()),
-        StructField("covered_at", TimestampType()),
-        StructField("bronze_rows", StringType()),
-    ]
-)
+BATCH_COVERAGE_FIELDS = "date date, covered_at timestamp, bronze_rows string"
 
 ALERTS = "ops/alerts"
-ALERTS_SCHEMA = StructType(
-    [
-        StructField("at", TimestampType()),
-        StructField("source", StringType()),
-        StructField("severity", StringType()),
-        StructField("message", StringType()),
-        StructField("details", StringType()),
-    ]
-)
+ALERTS_FIELDS = "at timestamp, source string, severity string, message string, details string"
 
 # Every decision of the stream supervisor (speed_layer/supervisor.py).
 SUPERVISOR_EVENTS = "ops/supervisor_events"
-SUPERVISOR_EVENTS_SCHEMA = StructType(
-    [
-        StructField("at", TimestampType()),
-        StructField("state", StringType()),
-        StructField("decision", StringType()),
-        StructField("reason", StringType()),
-        StructField("pid", LongType()),
-        StructField("restarts_last_hour", IntegerType()),
-    ]
+SUPERVISOR_EVENTS_FIELDS = (
+    "at timestamp, state string, decision string, reason string, pid bigint, restarts_last_hour int"
 )
+
+__getattr__ = ddl.spark_schemas(globals(), __name__)  # BRONZE_SCHEMA, DLQ_SCHEMA, …: built on first use

@@ -149,7 +149,9 @@ def parse_as_of(text: str) -> int | datetime:
     try:
         return parse_instant(text)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a version number or an ISO-8601 time like 2026-11-21T10:00:00Z, got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a version number or an ISO-8601 time like 2026-11-21T10:00:00Z, got '{text}'"
+        ) from None
 
 
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
@@ -183,7 +185,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     token = serve_token(settings)
     base = f"http://{args.host}:{args.port}"
     print(f"Dashboard: {dashboard_url(args.host, args.port, token)}", flush=True)
-    print(f"SQL API:   curl -H 'Authorization: Bearer {token}' -d '{{\"sql\": \"SELECT 1\"}}' {base}/api/query", flush=True)
+    print(f"SQL API:   curl -H 'Authorization: Bearer {token}' -d '{{\"sql\": \"SELECT 1\"}}' {base}/api/query",
+          flush=True)
     serve(settings, args.host, args.port, token)
     return 0
 
@@ -228,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
     common.add_argument("--verbose", action="store_true",
-                        help="show Spark's own output and progress logs (else in <home>/run/spark.log); status: every column")
+                        help="show Spark's own output and progress logs (else in <home>/run/spark.log); "
+                        "status: every column")
     printing = OneLineParser(add_help=False)  # the commands that print data
     printing.add_argument("--format", choices=FORMATS, default="table")
 
@@ -272,14 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="landing files per topic per micro-batch (default: 1 with --available-now; running "
                         "continuously, every file waiting up to $LAMBDALAKE_MAX_BYTES_PER_TRIGGER, 64 MiB)")
     stream.add_argument("--source", choices=("landing", "kafka", "rate"), help="event source (default: landing)")
-    stream.add_argument("--views", metavar="VIEW,...", help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
+    stream.add_argument("--views", metavar="VIEW,...",
+                        help="the views to maintain (default: all, or $LAMBDALAKE_SPEED_VIEWS); "
                         "the others are served from the batch layer alone")
     stream.add_argument("--view-triggers", metavar="VIEW=DURATION,...",
-                        help="a view's own micro-batch interval when running continuously (default: --trigger-interval, or 30 s "
-                        "if longer for the views that need not be fresh to the second; or $LAMBDALAKE_VIEW_TRIGGERS)")
+                        help="a view's own micro-batch interval when running continuously "
+                        "(default: --trigger-interval, or 30 s if longer for the views that need not be fresh "
+                        "to the second; or $LAMBDALAKE_VIEW_TRIGGERS)")
     stream.add_argument("--bronze-trigger", metavar="DURATION",
-                        help="Bronze's own micro-batch interval when running continuously (default: 10 s, or --trigger-interval "
-                        "if longer; or $LAMBDALAKE_BRONZE_TRIGGER_INTERVAL); no view waits for Bronze")
+                        help="Bronze's own micro-batch interval when running continuously "
+                        "(default: 10 s, or --trigger-interval if longer; or $LAMBDALAKE_BRONZE_TRIGGER_INTERVAL); "
+                        "no view waits for Bronze")
     stream.set_defaults(handler=cmd_stream)
 
     batch = commands.add_parser(
@@ -310,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     history.set_defaults(handler=cmd_history)
 
     maintain = commands.add_parser(
-        "maintain", parents=[common, printing], help="compaction, vacuum, checkpoint hygiene (the lakehouse_maintenance DAG)",
+        "maintain", parents=[common, printing],
+        help="compaction, vacuum, checkpoint hygiene (the lakehouse_maintenance DAG)",
         description="Run what the lakehouse_maintenance DAG runs: compact every table (Silver z-ordered by "
         "event time), vacuum files older than a week, remove consumed feed files and abandoned temporary files.",
     )
@@ -339,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", parents=[common], help="start Airflow, the generator and the stream (make up)")
     up.add_argument("--port", type=positive(int), default=8080, help="Airflow API/UI port")
-    up.add_argument("--serve-port", type=positive(int), default=8090, help="`lambdalake serve` port (dashboard, SQL API)")
+    up.add_argument("--serve-port", type=positive(int), default=8090,
+                    help="`lambdalake serve` port (dashboard, SQL API)")
     up.set_defaults(handler=cmd_up)
     down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
     down.set_defaults(handler=cmd_down)

@@ -50,9 +50,11 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
         orders_per_hour=orders_per_hour, watermark_delay=settings.watermark_delay,
         late_beyond=timedelta(minutes=FILE_MINUTES * FILES_PER_MICRO_BATCH),
     )
-    result = generate(settings, datetime.combine(day, clock(), timezone.utc), 24, options, seed=42, file_minutes=FILE_MINUTES)
+    result = generate(settings, datetime.combine(day, clock(), timezone.utc), 24, options, seed=42,
+                      file_minutes=FILE_MINUTES)
     truth = result.ledger
-    rows = [{"topic": t, **{k: c[k] for k in ("lines", "valid", "duplicate", "corrupt", "late")}} for t, c in truth["topics"].items()]
+    rows = [{"topic": t, **{k: c[k] for k in ("lines", "valid", "duplicate", "corrupt", "late")}}
+            for t, c in truth["topics"].items()]
     print(format_rows(rows, "table"))
     print(f"Ground truth (computed by the generator, not the pipeline): {result.truth_dir}")
 
@@ -75,25 +77,30 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
                  "FROM late_events GROUP BY topic ORDER BY topic")
     show(engine, "SELECT topic, CASE WHEN reason LIKE 'bad timestamp%' THEN 'bad timestamp' ELSE reason END AS reason, "
                  "count(*) AS lines FROM dlq GROUP BY ALL ORDER BY topic, lines DESC")
-    show(engine, "SELECT status, count(*) AS orders, source FROM order_payments GROUP BY status, source ORDER BY status")
+    show(engine, "SELECT status, count(*) AS orders, source FROM order_payments "
+                 "GROUP BY status, source ORDER BY status")
     say("Speed view traffic_by_page_10m (sliding 10-minute windows every 5 minutes), busiest pages")
     show(engine, "SELECT page_url, sum(views) AS views, sum(clicks) AS clicks, sum(add_to_cart) AS add_to_cart, "
-                 "max(unique_users) AS peak_users_10m FROM traffic_by_page_10m GROUP BY page_url ORDER BY views DESC LIMIT 5")
+                 "max(unique_users) AS peak_users_10m FROM traffic_by_page_10m "
+                 "GROUP BY page_url ORDER BY views DESC LIMIT 5")
     say("Speed view device_health_5m (5-minute windows per device), hottest windows")
-    show(engine, "SELECT window_start, device_id, readings, round(avg_temperature, 2) AS avg_temperature, max_temperature, "
-                 "round(stddev_temperature, 2) AS stddev_temperature FROM device_health_5m "
+    show(engine, "SELECT window_start, device_id, readings, round(avg_temperature, 2) AS avg_temperature, "
+                 "max_temperature, round(stddev_temperature, 2) AS stddev_temperature FROM device_health_5m "
                  "ORDER BY max_temperature DESC LIMIT 5")
 
     say("Speed view user_sessions (30-minute inactivity gap; sessions still open are shown as they stand)")
-    show(engine, "SELECT count(*) AS sessions, round(avg(events), 1) AS avg_clicks, round(avg(duration_seconds) / 60, 1) "
-                 "AS avg_minutes, round(100.0 * avg(CAST(converted AS INT)), 1) AS converted_pct FROM user_sessions")
+    show(engine, "SELECT count(*) AS sessions, round(avg(events), 1) AS avg_clicks, "
+                 "round(avg(duration_seconds) / 60, 1) AS avg_minutes, "
+                 "round(100.0 * avg(CAST(converted AS INT)), 1) AS converted_pct FROM user_sessions")
     say("Speed view alerts (raised within seconds, each once, also sent to the notifier), per kind")
-    show(engine, "SELECT kind, count(*) AS alerts, round(max(value), 2) AS max_value, any_value(threshold) AS threshold "
-                 "FROM alerts GROUP BY kind ORDER BY kind")
+    show(engine, "SELECT kind, count(*) AS alerts, round(max(value), 2) AS max_value, "
+                 "any_value(threshold) AS threshold FROM alerts GROUP BY kind ORDER BY kind")
 
-    say("Speed views customers (SCD1) and customers_history (SCD2) from CDC, out-of-order and late changes sequenced by ts_ms")
+    say("Speed views customers (SCD1) and customers_history (SCD2) from CDC, "
+        "out-of-order and late changes sequenced by ts_ms")
     show(engine, "SELECT segment, count(*) AS customers, (SELECT count(*) FROM customers_history) AS versions, "
-                 "(SELECT count(*) FROM customers_history WHERE NOT is_current) AS closed_versions FROM customers GROUP BY segment ORDER BY segment")
+                 "(SELECT count(*) FROM customers_history WHERE NOT is_current) AS closed_versions "
+                 "FROM customers GROUP BY segment ORDER BY segment")
     say("Speed view revenue_by_segment_1h (orders enriched with the segment the stream knew when it processed them)")
     show(engine, "SELECT segment, round(sum(revenue), 2) AS revenue, sum(orders) AS orders, source "
                  "FROM revenue_by_segment_1h GROUP BY segment, source ORDER BY revenue DESC")
@@ -103,11 +110,13 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
 
     engine = ServingEngine(settings)
     say("4/5 Reconciliation: speed vs batch for the day")
-    print(format_rows([{k: r[k] for k in ("view", "metric", "speed_value", "batch_value", "diff")} for r in reconciliation], "table"))
+    print(format_rows([{k: r[k] for k in ("view", "metric", "speed_value", "batch_value", "diff")}
+                       for r in reconciliation], "table"))
     say("Merged views now serve the day from batch (source='batch')")
     show(engine, "SELECT source, count(*) AS windows, round(sum(revenue), 2) AS revenue, sum(orders) AS orders "
                  "FROM revenue_by_category_5m GROUP BY source")
-    show(engine, "SELECT status, count(*) AS orders, source FROM order_payments GROUP BY status, source ORDER BY status")
+    show(engine, "SELECT status, count(*) AS orders, source FROM order_payments "
+                 "GROUP BY status, source ORDER BY status")
     show(engine, "SELECT kind, count(*) AS alerts, source FROM alerts GROUP BY kind, source ORDER BY kind")
     say("revenue_by_segment_1h point in time: each order with the segment its customer had when it ordered")
     show(engine, "SELECT segment, round(sum(revenue), 2) AS revenue, sum(orders) AS orders, source "
@@ -117,15 +126,20 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     batch_revenue = engine.rows("SELECT round(sum(revenue), 2) AS r, sum(orders) AS o FROM revenue_by_category_5m")[0]
     recovered = next(r for r in reconciliation if r["metric"] == "late_matches_recovered")["batch_value"]
     health = engine.rows("SELECT sum(readings) AS readings FROM device_health_5m")[0]
-    day_views = engine.rows(f"SELECT sum(views) AS views FROM traffic_by_page_10m WHERE CAST(window_start AS DATE) = DATE '{day}'")[0]
+    day_views = engine.rows("SELECT sum(views) AS views FROM traffic_by_page_10m "
+                            f"WHERE CAST(window_start AS DATE) = DATE '{day}'")[0]
     with (result.truth_dir / "traffic_by_page_10m.csv").open() as handle:
-        truth_views = sum(int(row["views"]) for row in csv.DictReader(handle) if row["window_start"].startswith(day.isoformat()))
-    sessions = engine.rows(f"SELECT count(*) AS n, sum(events) AS events FROM user_sessions WHERE CAST(session_start AS DATE) = DATE '{day}'")[0]
+        truth_views = sum(int(row["views"]) for row in csv.DictReader(handle)
+                          if row["window_start"].startswith(day.isoformat()))
+    sessions = engine.rows("SELECT count(*) AS n, sum(events) AS events FROM user_sessions "
+                           f"WHERE CAST(session_start AS DATE) = DATE '{day}'")[0]
     with (result.truth_dir / "user_sessions.csv").open() as handle:
-        truth_sessions = [row for row in csv.DictReader(handle) if row["in_batch"] == "True" and row["session_start"].startswith(day.isoformat())]
+        truth_sessions = [row for row in csv.DictReader(handle)
+                          if row["in_batch"] == "True" and row["session_start"].startswith(day.isoformat())]
     raised = engine.rows(f"SELECT count(*) AS n FROM alerts WHERE CAST(event_time AS DATE) = DATE '{day}'")[0]
     with (result.truth_dir / "alerts.csv").open() as handle:
-        truth_alerts = [row for row in csv.DictReader(handle) if row["in_batch"] == "True" and row["event_time"].startswith(day.isoformat())]
+        truth_alerts = [row for row in csv.DictReader(handle)
+                        if row["in_batch"] == "True" and row["event_time"].startswith(day.isoformat())]
     customers = engine.rows("SELECT count(*) AS n FROM customers")[0]["n"]
     versions = engine.rows("SELECT count(*) AS n FROM customers_history")[0]["n"]
     segments = engine.rows("SELECT sum(orders) AS o FROM revenue_by_segment_1h "
@@ -144,9 +158,11 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
         ("alerts on the day", len(truth_alerts), raised["n"]),
         ("customers (SCD1)", truth["customers"]["rows"], customers),
         ("customer versions (SCD2)", truth["customers_history"]["rows"], versions),
-        ("orders on the day without a customer then", sum(row["segment_at_order"] == "unknown" for row in truth_orders), segments),
-        ("orders the stream enriched differently", sum(row["late"] == "False" and row["segment_at_order"] != row["segment_at_end"]
-                                                       for row in truth_orders), int(differently)),
+        ("orders on the day without a customer then",
+         sum(row["segment_at_order"] == "unknown" for row in truth_orders), segments),
+        ("orders the stream enriched differently",
+         sum(row["late"] == "False" and row["segment_at_order"] != row["segment_at_end"] for row in truth_orders),
+         int(differently)),
     ]
     print(format_rows([{"check": c, "ground_truth": t, "served": b, "equal": t == b} for c, t, b in checks], "table"))
     print(

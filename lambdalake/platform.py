@@ -2,8 +2,9 @@
 
 ``up`` starts ``airflow standalone`` (SQLite, LocalExecutor) with this project's DAGs, examples
 off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mode; ``lambdalake
-serve`` (SQL API and dashboard); and unpauses ``speed_layer_supervisor``, which starts the stream. ``down`` stops exactly what ``up`` started
-(process groups recorded in pid files) and the stream.
+serve`` (SQL API and dashboard); and unpauses ``speed_layer_supervisor``, which starts the
+stream. ``down`` stops exactly what ``up`` started (process groups recorded in pid files) and
+the stream.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ def start_serve(settings: Settings, port: int = 8090, timeout: float = 60) -> st
             return url
         except OSError:
             if not _running(settings, "serve") or time.monotonic() > deadline:
-                raise RuntimeError(f"lambdalake serve did not answer on {url}; see {settings.run_dir / 'serve.log'}") from None
+                raise RuntimeError(
+                    f"lambdalake serve did not answer on {url}; see {settings.run_dir / 'serve.log'}"
+                ) from None
             time.sleep(0.5)
 
 

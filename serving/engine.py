@@ -47,13 +47,20 @@ def merged(view: ViewSpec, batch: str, speed: str) -> str:
         WITH last_covered AS (SELECT max(date) AS day FROM _coverage),
         fresh AS (
             SELECT * FROM {speed}
-            WHERE (SELECT day FROM last_covered) IS NULL OR {view.key_time} >= (SELECT day FROM last_covered) + INTERVAL 1 DAY
+            WHERE (SELECT day FROM last_covered) IS NULL
+                OR {view.key_time} >= (SELECT day FROM last_covered) + INTERVAL 1 DAY
         )
         SELECT {listed}, 'batch' AS source FROM {batch} AS kept
         WHERE date = (SELECT day FROM last_covered) AND {shown} AND NOT EXISTS (SELECT 1 FROM fresh WHERE {same_key})
         UNION ALL
         SELECT {listed}, 'speed' AS source FROM fresh WHERE {shown}
     """
+
+
+def differences_fields(view: ViewSpec) -> str:
+    """The declared fields of a view's differences table: its ``differences_schema`` without Spark."""
+    extra = view.differences.extra_fields
+    return f"{view.fields}, {extra}" if view.differences.view_fields else extra
 
 
 def speed_relation(view: ViewSpec) -> str:
@@ -64,19 +71,20 @@ def batch_relation(view: ViewSpec) -> str:
     return f"_batch_{view.name}"
 
 
-# Relation name in DuckDB -> (lakehouse table, schema when the table does not exist yet)
+# Relation name in DuckDB -> (lakehouse table, its declared fields: the schema when it does not exist yet)
 SOURCES = {
-    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA),
-    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA),
-    "_dlq": (tables.DLQ, tables.DLQ_SCHEMA),
-    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA),
-    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA),
-    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA),
-    "_ops_alerts": (tables.ALERTS, tables.ALERTS_SCHEMA),
-    "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA),
+    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_FIELDS),
+    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_FIELDS),
+    "_dlq": (tables.DLQ, tables.DLQ_FIELDS),
+    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_FIELDS),
+    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_FIELDS),
+    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_FIELDS),
+    "_ops_alerts": (tables.ALERTS, tables.ALERTS_FIELDS),
+    "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_FIELDS),
 }
 VIEWS_SQL = {
-    "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds FROM _late_events",
+    "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds "
+                   "FROM _late_events",
     "dlq": "SELECT topic, raw, reason, source, ingested_at FROM _dlq",
     "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at FROM _reconciliation",
     "stream_metrics": "SELECT * FROM _stream_metrics",
@@ -85,13 +93,14 @@ VIEWS_SQL = {
     "supervisor_events": "SELECT * FROM _supervisor_events",
 }
 # Speed relations of views whose partials are merged when read (a row per key and micro-batch).
-COMBINED = {speed_relation(view): view for view in VIEWS if view.speed.partials and view.speed.partials.merged == "read"}
+COMBINED = {speed_relation(view): view for view in VIEWS
+            if view.speed.partials and view.speed.partials.merged == "read"}
 for _view in VIEWS:
-    SOURCES[speed_relation(_view)] = (_view.speed_table, _view.schema)
-    SOURCES[batch_relation(_view)] = (_view.batch_table, _view.schema)
+    SOURCES[speed_relation(_view)] = (_view.speed_table, _view.fields)
+    SOURCES[batch_relation(_view)] = (_view.batch_table, _view.fields)
     VIEWS_SQL[_view.name] = merged(_view, batch_relation(_view), speed_relation(_view))
     if _view.differences:
-        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, _view.differences_schema)
+        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, differences_fields(_view))
         VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM _{_view.differences.table}"
 QUERYABLE = sorted(VIEWS_SQL)
 # The schema of the served tables' copies; each relation above is a view over its copy.
@@ -143,10 +152,12 @@ class ServingEngine:
         self._lock = threading.Lock()  # one refresh at a time
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         with self._transaction():
-            self._copies = {relation: self._load(relation, snapshot, None) for relation, snapshot in self._snapshots.items()}
+            self._copies = {relation: self._load(relation, snapshot, None)
+                            for relation, snapshot in self._snapshots.items()}
             for relation in SOURCES:
                 copy = f"{LOADED}.{relation}"
-                rows = combined_sql(COMBINED[relation], copy) if relation in COMBINED else f"SELECT * EXCLUDE (_file) FROM {copy}"
+                rows = (combined_sql(COMBINED[relation], copy) if relation in COMBINED
+                        else f"SELECT * EXCLUDE (_file) FROM {copy}")
                 self.connection.execute(f"CREATE VIEW {relation} AS {rows}")
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")

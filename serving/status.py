@@ -82,7 +82,9 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         own = progress.get(view.speed_query, {})
         if settings.one_pass and view.in_ingest_pass:  # ingest's progress counts every topic's events
             own = {"refreshed": progress.get(INGEST_QUERY, {}).get("refreshed")}
-        counted = own.get("counted") or engine.query(f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}")[1][0][0]
+        counted = own.get("counted") or engine.query(
+            f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}"
+        )[1][0][0]
         rows.append(
             {
                 "view": view.name,

@@ -52,7 +52,8 @@ class BronzeBatch:
         if self.store.is_committed(tables.INGEST_BATCHES, txn):  # a replay of a finished batch
             return
         now = datetime.now(timezone.utc)
-        values = pa.table({"ingested_at": pa.array([now], pa.timestamp("us", "UTC")), "batch_id": pa.array([batch_id], pa.int64())})
+        values = pa.table({"ingested_at": pa.array([now], pa.timestamp("us", "UTC")),
+                           "batch_id": pa.array([batch_id], pa.int64())})
         lines = with_batch_values(batch, values)
         appended = self.store.append_split(lines, "topic", {topic: tables.bronze(topic) for topic in self.topics}, txn)
         if None in appended.values():  # some topics were committed before a crash: count them again
@@ -65,6 +66,6 @@ class BronzeBatch:
         if accounting:  # last: the row says every Bronze write of the batch is committed
             self.store.append(
                 tables.INGEST_BATCHES,
-                pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
+                pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_FIELDS)),
                 txn,
             )

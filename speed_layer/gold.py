@@ -86,7 +86,8 @@ class CombineBatch:
         view, txn = self.view, Txn(self.query, batch_id)
         if self.store.is_committed(view.speed_table, txn):
             return
-        inputs = {view.inputs[0]: batch, **{name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}}
+        lookups = {name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}
+        inputs = {view.inputs[0]: batch, **lookups}
         rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*view.speed_schema.fieldNames())
         self.store.append(view.speed_table, rows, txn)
 
@@ -104,7 +105,8 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
     rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.speed_schema.fieldNames())
-    return rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
+    return (rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode)
+            .foreachBatch(MergeBatch(store, view, settings)))
 
 
 def runs_no_data_batches(query: str) -> bool:

@@ -98,13 +98,15 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
     for topic, stream in raw.items():
         parsed = parse_topic(stream, topic, settings.max_line_bytes)
         records = [
-            (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema))).alias(record_column(other))
+            (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema)))
+            .alias(record_column(other))
             for other in columns
         ]
         # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
         # instead of crossing the dedup shuffle and cache.
         raw_line = F.when(F.col("rejected"), F.col("value")).alias("value")
-        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time", *records))
+        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time",
+                                   *records))
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
@@ -173,7 +175,8 @@ class IngestBatch:
                 F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
                 F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
             ).collect()
-            counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])} for row in summary}
+            counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
+                      for row in summary}
             if counts:
                 tasks = self._write_tasks(batch, counts)
                 self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks)
@@ -220,7 +223,8 @@ class IngestBatch:
             write.result()
         now = datetime.now(timezone.utc)
         accounting = [
-            {"query": QUERY, "batch_id": batch_id, "topic": topic, "watermark": watermarks.get(topic), "processed_at": now,
+            {"query": QUERY, "batch_id": batch_id, "topic": topic, "watermark": watermarks.get(topic),
+             "processed_at": now,
              **{key: count[key] for key in ("silver_rows", "dlq_rows", "late_rows", "max_event_time")}}
             for topic, count in sorted(counts.items())
         ]
@@ -246,7 +250,8 @@ class IngestBatch:
         text = F.expr("make_valid_utf8(cast(value AS STRING))")
         raw = F.when(
             F.length("value") > DLQ_RAW_LIMIT,  # the whole line stays in Bronze
-            F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT), F.length("value")),
+            F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT),
+                            F.length("value")),
         ).otherwise(text)
         rejected = with_reason(batch.where("rejected"), max_line_bytes=max_line_bytes)
         return rejected.select("topic", raw.alias("raw"), "reason", "source", "ingested_at", "batch_id")

@@ -145,7 +145,7 @@ class StreamMetrics(StreamingQueryListener):
         with self._lock:
             rows, self._rows = self._rows, []
         if rows:
-            table = pa.Table.from_pylist(rows, schema=tables.arrow_schema(tables.STREAM_METRICS_SCHEMA))
+            table = pa.Table.from_pylist(rows, schema=tables.arrow_schema(tables.STREAM_METRICS_FIELDS))
             self.store.append(tables.STREAM_METRICS, table)
         return len(rows)
 

@@ -55,7 +55,8 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
     events = ingest.parsed_events(raw, settings)
     return {
         bronze.QUERY: bronze_lines.writeStream.queryName(bronze.QUERY).foreachBatch(bronze.BronzeBatch(store, topics)),
-        ingest.QUERY: events.writeStream.queryName(ingest.QUERY).foreachBatch(ingest.IngestBatch(settings, store, topics)),
+        ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
+        .foreachBatch(ingest.IngestBatch(settings, store, topics)),
     }
 
 

@@ -110,7 +110,9 @@ def _events(settings: Settings) -> list[dict]:
     return store.select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"]).to_pylist()
 
 
-def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str, restarts: int, pid: int | None) -> dict:
+def _record(
+    settings: Settings, diagnosis: Diagnosis, decision: str, reason: str, restarts: int, pid: int | None
+) -> dict:
     row = {
         "at": datetime.now(timezone.utc), "state": diagnosis.state, "decision": decision,
         "reason": reason, "pid": pid, "restarts_last_hour": restarts,
@@ -118,7 +120,8 @@ def _record(settings: Settings, diagnosis: Diagnosis, decision: str, reason: str
     log.info("supervisor: state=%s decision=%s (%s)", diagnosis.state, decision, reason)
     store = open_store(settings)
     store.ensure_table(tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA)
-    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
+    schema = tables.arrow_schema(tables.SUPERVISOR_EVENTS_FIELDS)
+    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=schema))
     return row
 
 
@@ -126,7 +129,8 @@ def supervise(settings: Settings, now: datetime | None = None) -> dict:
     """One supervision round; returns the decision recorded."""
     now = now or datetime.now(timezone.utc)
     diagnosis = diagnose(settings, now)
-    starts = sorted(e["at"] for e in _events(settings) if e["decision"] in RESTARTING and now - e["at"] < timedelta(hours=1))
+    starts = sorted(e["at"] for e in _events(settings)
+                    if e["decision"] in RESTARTING and now - e["at"] < timedelta(hours=1))
     restarts = len(starts)
     if diagnosis.state == "healthy":
         decision = _record(settings, diagnosis, "none", diagnosis.reason, restarts, diagnosis.pid)
@@ -137,7 +141,8 @@ def supervise(settings: Settings, now: datetime | None = None) -> dict:
                reason=diagnosis.reason)
         return _record(settings, diagnosis, "alert", diagnosis.reason, restarts, diagnosis.pid)
     if restarts >= settings.max_restarts_per_hour:
-        reason = f"{diagnosis.reason}; {restarts} (re)starts in the last hour, cap {settings.max_restarts_per_hour}: not restarting"
+        reason = (f"{diagnosis.reason}; {restarts} (re)starts in the last hour, "
+                  f"cap {settings.max_restarts_per_hour}: not restarting")
         notify(settings, "speed_layer_supervisor", f"stream {diagnosis.state} and restart cap reached", reason=reason)
         return _record(settings, diagnosis, "alert", reason, restarts, diagnosis.pid)
     wait = settings.restart_backoff * (2 ** (restarts - 1)) if restarts else timedelta(0)

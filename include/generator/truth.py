@@ -86,7 +86,8 @@ def device_health_5m(readings: list[Event]) -> list[dict]:
         n, mean = len(temperatures), sum(temperatures) / len(temperatures)
         rows.append({
             "window_start": iso_utc(start), "window_end": iso_utc(start + WINDOW), "device_id": device,
-            "readings": n, "avg_temperature": mean, "min_temperature": min(temperatures), "max_temperature": max(temperatures),
+            "readings": n, "avg_temperature": mean,
+            "min_temperature": min(temperatures), "max_temperature": max(temperatures),
             "stddev_temperature": math.sqrt(sum((t - mean) ** 2 for t in temperatures) / (n - 1)) if n > 1 else None,
             "avg_humidity": sum(r.payload["humidity"] for r in members) / n,
         })
@@ -109,7 +110,8 @@ def user_sessions(clicks: list[Event]) -> list[dict]:
             first, last = session[0].event_time, session[-1].event_time
             rows.append({
                 "user_id": user, "session_start": iso_utc(first), "session_end": iso_utc(last), "events": len(session),
-                "pages": len({c.payload["page_url"] for c in session}), "duration_seconds": (last - first).total_seconds(),
+                "pages": len({c.payload["page_url"] for c in session}),
+                "duration_seconds": (last - first).total_seconds(),
                 "converted": any(c.payload["action"] == "add_to_cart" for c in session),
             })
             session = [click]
@@ -153,7 +155,9 @@ def alerts(readings: list[Event], orders: list[Event], temperature_limit: float,
 
 
 CUSTOMER_COLUMNS = ("customer_id", "name", "email", "segment", "country", "updated_at")
-CUSTOMER_HISTORY_COLUMNS = ("customer_id", "name", "email", "segment", "country", "valid_from", "valid_to", "is_current")
+CUSTOMER_HISTORY_COLUMNS = (
+    "customer_id", "name", "email", "segment", "country", "valid_from", "valid_to", "is_current"
+)
 SEGMENT_COLUMNS = ("window_start", "window_end", "segment", "revenue", "orders")
 ORDER_SEGMENT_COLUMNS = ("order_id", "user_id", "order_time", "amount", "segment_at_order", "segment_at_end", "late")
 UNKNOWN_SEGMENT = "unknown"
@@ -169,7 +173,8 @@ def customer_versions(changes: list[Event]) -> dict[str, list[dict]]:
     versions = {}
     for customer, events in by_customer.items():
         events.sort(key=lambda e: (e.payload["ts_ms"], e.arrival))
-        kept = [e for i, e in enumerate(events) if i + 1 == len(events) or events[i + 1].payload["ts_ms"] != e.payload["ts_ms"]]
+        kept = [e for i, e in enumerate(events)
+                if i + 1 == len(events) or events[i + 1].payload["ts_ms"] != e.payload["ts_ms"]]
         versions[customer] = [
             {"op": e.payload["op"], "image": e.payload["after"] or e.payload["before"], "from": e.event_time,
              "to": kept[i + 1].event_time if i + 1 < len(kept) else None}
@@ -224,8 +229,9 @@ def revenue_by_segment_1h(enriched: list[dict]) -> list[dict]:
     rows = []
     for (hour, segment), members in sorted(groups.items()):
         start = datetime.fromisoformat(hour + ":00:00+00:00")
-        rows.append({"window_start": iso_utc(start), "window_end": iso_utc(start + timedelta(hours=1)), "segment": segment,
-                     "revenue": round(sum(o["amount"] for o in members), 2), "orders": len(members)})
+        rows.append({"window_start": iso_utc(start), "window_end": iso_utc(start + timedelta(hours=1)),
+                     "segment": segment, "revenue": round(sum(o["amount"] for o in members), 2),
+                     "orders": len(members)})
     return rows
 
 
@@ -238,7 +244,8 @@ def in_layers(everything: list[dict], on_time: list[dict], key: tuple[str, ...])
     rows = []
     for k in sorted(set(batch) | set(stream)):
         if k in batch and k in stream and batch[k] != stream[k]:  # the same key with other values: two rows
-            rows += [{**batch[k], "in_batch": True, "in_stream": False}, {**stream[k], "in_batch": False, "in_stream": True}]
+            rows += [{**batch[k], "in_batch": True, "in_stream": False},
+                     {**stream[k], "in_batch": False, "in_stream": True}]
         else:
             rows.append({**(batch.get(k) or stream[k]), "in_batch": k in batch, "in_stream": k in stream})
     return rows
@@ -363,7 +370,8 @@ def write_truth(
         folder / "late_events.csv",
         ("topic", "event_id", "event_time", "arrived_at"),
         [
-            {"topic": e.topic, "event_id": e.event_id, "event_time": iso_utc(e.event_time), "arrived_at": iso_utc(e.arrival)}
+            {"topic": e.topic, "event_id": e.event_id, "event_time": iso_utc(e.event_time),
+             "arrived_at": iso_utc(e.arrival)}
             for e in late
         ],
     )
@@ -403,10 +411,12 @@ def write_truth(
             "deleted": sum(changes[-1]["op"] == "d" for changes in versions.values()),
             "segment_changes": sum(a["image"]["segment"] != b["image"]["segment"] and "d" not in (a["op"], b["op"])
                                    for changes in versions.values() for a, b in zip(changes, changes[1:])),
-            "recreated": sum(a["op"] == "d" and b["op"] != "d" for changes in versions.values() for a, b in zip(changes, changes[1:])),
+            "recreated": sum(a["op"] == "d" and b["op"] != "d"
+                             for changes in versions.values() for a, b in zip(changes, changes[1:])),
             "out_of_order": sum(
                 later.arrival < earlier.arrival
-                for changes in _by_customer(by_topic["customers_cdc"]).values() for earlier, later in zip(changes, changes[1:])),
+                for changes in _by_customer(by_topic["customers_cdc"]).values()
+                for earlier, later in zip(changes, changes[1:])),
         },
         "customers_history": {"rows": len(history), "current": sum(row["is_current"] for row in history)},
         "revenue_by_segment_1h": {

@@ -44,11 +44,13 @@ def fast_local_fs_jar() -> Path | None:
         return None
     import pyspark
 
-    classpath = os.pathsep.join(str(p) for p in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    jars = Path(pyspark.__file__).parent / "jars"
+    classpath = os.pathsep.join(str(p) for p in jars.glob("hadoop-client-api-*.jar"))
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=jar.parent) as build:
         classes = Path(build) / "classes"
-        subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)], check=True, capture_output=True)
+        subprocess.run([javac, "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)],
+                       check=True, capture_output=True)
         built = Path(build) / jar.name
         subprocess.run([jar_tool, "cf", str(built), "-C", str(classes), "."], check=True, capture_output=True)
         os.replace(built, jar)  # atomic: a concurrent build writes the same bytes

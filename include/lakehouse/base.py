@@ -202,7 +202,9 @@ class LakehouseStore(ABC):
         data = self._prepare_append(path, df)
         return self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, data, txn))
 
-    def append_split(self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None) -> dict[str, int | None]:
+    def append_split(
+        self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
+    ) -> dict[str, int | None]:
         """Append each value's rows of ``column`` to its table (``tables``: value -> table name,
         all with the same schema), without ``column``. Returns the rows appended per table, None
         where ``txn`` was already committed. Engines may write every table in one Spark job."""

@@ -98,7 +98,9 @@ class DeltaRsStore(LakehouseStore):
         self._conformed(table, df).write.partitionBy(*partition_by).parquet(str(staging))
         return self._move_into(staging, path)
 
-    def append_split(self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None) -> dict[str, int | None]:
+    def append_split(
+        self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
+    ) -> dict[str, int | None]:
         """One Spark job writes every table's files; each table then commits its own."""
         from pyspark.sql import functions as F
 
@@ -128,7 +130,8 @@ class DeltaRsStore(LakehouseStore):
 
         target = spark_schema_of(table)
         check_columns(table.table_uri, target.fieldNames(), [name for name in df.columns if name != also])
-        return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields], *([also] if also else []))
+        return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields],
+                         *([also] if also else []))
 
     def _move_into(self, staging: Path, path: str) -> StagedFiles:
         """Move the Parquet files Spark wrote under ``staging`` (partition folders included) into
@@ -190,13 +193,15 @@ class DeltaRsStore(LakehouseStore):
         )
 
     def _do_merge(
-        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
+        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None,
+        delete_when: str | None,
     ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         # The rows are in memory already; streamed execution would stop delta-rs from reading
         # their min and max per matched column, from which it skips the files they cannot match.
         merger = self._open(path).merge(
-            data, predicate, source_alias="s", target_alias="t", streamed_exec=False, commit_properties=_commit_properties(txn)
+            data, predicate, source_alias="s", target_alias="t", streamed_exec=False,
+            commit_properties=_commit_properties(txn),
         )
         if delete_when:  # the first matching clause applies
             merger = merger.when_matched_delete(predicate=delete_when)

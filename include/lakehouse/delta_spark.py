@@ -66,7 +66,8 @@ class DeltaSparkStore(LakehouseStore):
         self._writer(data, txn).mode("append").save(path)
 
     def _do_merge(
-        self, path: str, data: DataFrame, keys: list[str], txn: Txn | None, update_when: str | None, delete_when: str | None
+        self, path: str, data: DataFrame, keys: list[str], txn: Txn | None, update_when: str | None,
+        delete_when: str | None,
     ) -> None:
         condition = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         conf = self.spark.conf

@@ -36,7 +36,8 @@ def exact_alerts(sensors: DataFrame, orders: DataFrame, context: ViewContext) ->
         F.lit("high_temperature").alias("kind"), F.col("device_id").alias("entity_id"), "event_time",
         F.col("temperature").alias("value"), F.lit(float(rules.temperature_limit)).alias("threshold"),
     )
-    before = Window.partitionBy("device_id").orderBy(F.unix_micros("event_time")).rangeBetween(-rules.anomaly_lookback_us, -1)
+    before = (Window.partitionBy("device_id").orderBy(F.unix_micros("event_time"))
+              .rangeBetween(-rules.anomaly_lookback_us, -1))
     centi = F.round(F.col("temperature") * 100).cast("decimal(38,0)")
     stats = sensors.withColumns({"x": centi, "n": F.count(F.lit(1)).over(before).cast("decimal(38,0)"),
                                  "s": F.sum(centi).over(before), "q": F.sum(centi * centi).over(before)})
@@ -50,9 +51,11 @@ def exact_alerts(sensors: DataFrame, orders: DataFrame, context: ViewContext) ->
         F.lit(float(rules.anomaly_sigmas)).alias("threshold"),
     )
     velocity = (
-        orders.groupBy("user_id", F.window("event_time", VELOCITY_WINDOW).alias("window")).agg(F.count(F.lit(1)).alias("orders"))
+        orders.groupBy("user_id", F.window("event_time", VELOCITY_WINDOW).alias("window"))
+        .agg(F.count(F.lit(1)).alias("orders"))
         .where(F.col("orders") > rules.velocity_limit)
-        .select(F.lit("order_velocity").alias("kind"), F.col("user_id").alias("entity_id"), F.col("window.start").alias("event_time"),
+        .select(F.lit("order_velocity").alias("kind"), F.col("user_id").alias("entity_id"),
+                F.col("window.start").alias("event_time"),
                 F.col("orders").cast("double").alias("value"), F.lit(float(rules.velocity_limit)).alias("threshold"))
     )
     return high.unionByName(anomaly).unionByName(velocity)
@@ -70,7 +73,8 @@ def alert_differences(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Dat
     from pyspark.sql import functions as F
 
     missed = batch.join(speed.select("alert_id"), "alert_id", "left_anti").withColumn("difference", F.lit("missed"))
-    unconfirmed = speed.join(batch.select("alert_id"), "alert_id", "left_anti").withColumn("difference", F.lit("unconfirmed"))
+    unconfirmed = (speed.join(batch.select("alert_id"), "alert_id", "left_anti")
+                   .withColumn("difference", F.lit("unconfirmed")))
     return missed.unionByName(unconfirmed)
 
 
@@ -108,7 +112,8 @@ def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
         events = sensors.select(F.lit("sensors").alias("topic"), F.col("device_id").alias("entity_id"),
                                 F.unix_micros("event_time").alias("event_us"), "temperature").unionByName(
             orders.select(F.lit("orders").alias("topic"), F.col("user_id").alias("entity_id"),
-                          F.unix_micros("event_time").alias("event_us"), F.lit(None).cast("double").alias("temperature")))
+                          F.unix_micros("event_time").alias("event_us"),
+                          F.lit(None).cast("double").alias("temperature")))
         raised = events.groupBy("topic", "entity_id").transformWithState(
             AlertDetector(alert_rules(context)), ALERT_OUTPUT, "Update", "EventTime"
         ).select("kind", "entity_id", F.timestamp_micros("event_us").alias("event_time"), "value", "threshold",

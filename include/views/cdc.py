@@ -64,7 +64,8 @@ def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFram
 
 @view(
     inputs=("customers_cdc",),
-    fields=f"{CUSTOMER_FIELDS}, valid_from timestamp, valid_to timestamp, is_current boolean, deleted boolean, date date",
+    fields=f"{CUSTOMER_FIELDS}, valid_from timestamp, valid_to timestamp, is_current boolean, deleted boolean, "
+    "date date",
     keys=("customer_id", "valid_from"),
     key_time="coalesce(valid_to, valid_from)",  # a version changes when it opens and when it closes
     kind="dimension",
@@ -175,7 +176,8 @@ def revenue_by_segment_1h(inputs: Mapping[str, DataFrame], context: ViewContext)
     counted = F.array_sort(F.collect_list(F.struct("order_id", "amount")))
     return (
         enriched.groupBy(F.window("event_time", SEGMENT_WINDOW).alias("window"), "segment")
-        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"), counted.alias("counted"))
+        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
+             counted.alias("counted"))
         .select(
             F.col("window.start").alias("window_start"),
             F.col("window.end").alias("window_end"),

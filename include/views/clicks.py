@@ -46,11 +46,13 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
     def count_of(action: str, name: str):  # noqa: ANN202 - Column
         return F.sum(F.when(F.col("action") == action, 1).otherwise(0)).alias(name)
 
-    counted = inputs["clicks"].groupBy(F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window"), "page_url").agg(
+    window = F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window")
+    counted = inputs["clicks"].groupBy(window, "page_url").agg(
         count_of("view", "views"), count_of("click", "clicks"), count_of("add_to_cart", "add_to_cart"),
         *distinct_count("user_id", "unique_users", context))
     return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *[name for name in counted.columns if name != "window"], F.to_date("window.start").alias("date"))
+                          *[name for name in counted.columns if name != "window"],
+                          F.to_date("window.start").alias("date"))
 
 
 @view(
@@ -87,7 +89,8 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> Data
     else:
         from include.processors import SESSION_OUTPUT, OpenSessions
 
-        sessions = clicks.select("user_id", F.unix_micros("event_time").alias("event_us"), "page_url", "action").groupBy(
+        events = clicks.select("user_id", F.unix_micros("event_time").alias("event_us"), "page_url", "action")
+        sessions = events.groupBy(
             "user_id"
         ).transformWithState(OpenSessions(gap_us), SESSION_OUTPUT, "Update", "EventTime")
     return sessions.select(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from include.registry import Partials, Speed, ViewContext, column_names, declared_columns, view
+from include import ddl
+from include.registry import Partials, Speed, ViewContext, column_names, view
 from include.views.rules import exact_sum_sql
 
 if TYPE_CHECKING:
@@ -25,16 +26,16 @@ def statistics_sql(readings: str, temperature: str, squares: str, humidity: str)
     return {
         "avg_temperature": f"CAST({temperature} / {readings} AS DOUBLE)",
         # n·Σx² − (Σx)² is exact and never negative; one reading has no sample deviation.
-        "stddev_temperature": f"CASE WHEN {readings} > 1 THEN sqrt(CAST({readings} * {squares} - {temperature} * {temperature} "
-        f"AS DOUBLE) / ({readings} * ({readings} - 1))) END",
+        "stddev_temperature": f"CASE WHEN {readings} > 1 THEN sqrt(CAST({readings} * {squares} "
+        f"- {temperature} * {temperature} AS DOUBLE) / ({readings} * ({readings} - 1))) END",
         "avg_humidity": f"CAST({humidity} / {readings} AS DOUBLE)",
     }
 
 
 def _merged_sums() -> dict[str, str]:
-    merged = {name: f"CAST(sum({name}) AS {kind.upper()})" for name, kind in declared_columns(SUMS)}
-    return {"readings": "sum(readings)", "min_temperature": "min(min_temperature)", "max_temperature": "max(max_temperature)",
-            **merged, **statistics_sql("sum(readings)", *merged.values())}
+    merged = {field.name: f"CAST(sum({field.name}) AS {field.type.upper()})" for field in ddl.parse(SUMS)}
+    return {"readings": "sum(readings)", "min_temperature": "min(min_temperature)",
+            "max_temperature": "max(max_temperature)", **merged, **statistics_sql("sum(readings)", *merged.values())}
 
 
 @view(

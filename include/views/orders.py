@@ -46,7 +46,8 @@ def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext
         F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
         *distinct_count("user_id", "unique_buyers", context))
     return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *[name for name in counted.columns if name != "window"], F.to_date("window.start").alias("date"))
+                          *[name for name in counted.columns if name != "window"],
+                          F.to_date("window.start").alias("date"))
 
 
 def order_precedence(row: str) -> list[str]:
@@ -164,9 +165,10 @@ def order_payments_step(step: PassStep) -> DataFrame:
     paid_ids = pc.unique(payments["order_id"]).to_pylist()
     if paid_ids:  # the stored orders these payments may pay
         first, last = pc.min_max(payments["event_time"]).values()
-        known = step.stored(table, "order_id string, user_id string, category string, amount double, order_time timestamp",
-                            f"order_id IN ({sql_strings(paid_ids)}) AND order_time >= {sql_time(first.as_py() - window)} "
-                            f"AND order_time <= {sql_time(last.as_py())}")
+        known = step.stored(
+            table, "order_id string, user_id string, category string, amount double, order_time timestamp",
+            f"order_id IN ({sql_strings(paid_ids)}) AND order_time >= {sql_time(first.as_py() - window)} "
+            f"AND order_time <= {sql_time(last.as_py())}")
         orders = pa.concat_tables([orders, known.rename_columns(column_names(ORDER_FIELDS)).cast(orders.schema)])
     order_ids = pc.unique(orders["order_id"]).to_pylist()
     if order_ids:  # payments that came before their order
@@ -179,8 +181,8 @@ def order_payments_step(step: PassStep) -> DataFrame:
     orders_seen_to = step.watermark("orders")
     if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
         step.forget(WAITING_PAYMENTS, f"event_time <= {sql_time(orders_seen_to)}")
-    rows = order_payments({"orders": step.frame(orders, ORDER_FIELDS), "payments": step.frame(payments, PAYMENT_FIELDS)},
-                          ViewContext(step.settings, exact=False)).where("status <> 'unpaid'")
+    inputs = {"orders": step.frame(orders, ORDER_FIELDS), "payments": step.frame(payments, PAYMENT_FIELDS)}
+    rows = order_payments(inputs, ViewContext(step.settings, exact=False)).where("status <> 'unpaid'")
     before, after = step.watermark("payments"), step.watermark("payments", after=True)
     if after is None:
         return rows
@@ -188,7 +190,8 @@ def order_payments_step(step: PassStep) -> DataFrame:
     rows = rows.withColumn("status", F.when((F.col("status") == "pending") & (F.col("order_time") <= closed), "unpaid")
                            .otherwise(F.col("status")))
     since = f"AND order_time > {sql_time(before - window)}" if before else ""
-    closing = step.stored(table, order_payments.fields, f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
+    closing = step.stored(table, order_payments.fields,
+                          f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
     return rows.unionByName(step.frame(closing, order_payments.fields).withColumn("status", F.lit("unpaid")))
 
 

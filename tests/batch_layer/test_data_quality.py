@@ -25,7 +25,8 @@ def reconciliation(store, speed_rows, batch_rows, speed_orders, batch_orders):
     data = [{"view": v, "date": DAY, "metric": m, "speed_value": float(s), "batch_value": float(b),
              "diff": float(b - s), "computed_at": at} for v, m, s, b in rows]
     store.ensure_table(tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA, ["date"])
-    store.append(tables.RECONCILIATION, pa.Table.from_pylist(data, schema=tables.arrow_schema(tables.RECONCILIATION_SCHEMA)))
+    store.append(tables.RECONCILIATION,
+                 pa.Table.from_pylist(data, schema=tables.arrow_schema(tables.RECONCILIATION_SCHEMA)))
     store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
 
 
@@ -45,5 +46,6 @@ def test_a_backfilled_day_without_speed_rows_is_not_drift(settings):
 def test_fails_loudly_on_drift(settings):
     store = open_store(settings)
     reconciliation(store, speed_rows=10, batch_rows=100, speed_orders=20, batch_orders=200)
-    with pytest.raises(DataQualityError, match=r"revenue_by_category_5m.orders: speed within 50% of batch fails: drift 90.0%"):
+    with pytest.raises(DataQualityError,
+                       match=r"revenue_by_category_5m.orders: speed within 50% of batch fails: drift 90.0%"):
         check_data_quality(settings, DAY, store)

@@ -36,8 +36,10 @@ def test_compaction_and_vacuum_keep_every_row_and_remove_old_uncommitted_files(s
     eight_days_ago = time.time() - 8 * 86400
     os.utime(stray_old, (eight_days_ago, eight_days_ago))
     assert all_tables(settings.lakehouse_dir) == [REVENUE.speed_table]
-    maintain = subprocess.run([Path(sys.executable).parent / "lambdalake", "maintain", "--home", settings.home, "--format", "json"],
-                              capture_output=True, text=True, check=True)  # what the lakehouse_maintenance DAG runs
+    maintain = subprocess.run(  # what the lakehouse_maintenance DAG runs
+        [Path(sys.executable).parent / "lambdalake", "maintain", "--home", settings.home, "--format", "json"],
+        capture_output=True, text=True, check=True,
+    )
     result, *hygiene = json.loads(maintain.stdout)
     assert result["table"] == REVENUE.speed_table and result["files_removed"] == 5 and result["files_added"] == 1
     assert {row["table"] for row in hygiene} == {"feed_files", "temporary_files"}
@@ -50,7 +52,8 @@ def test_compaction_and_vacuum_keep_every_row_and_remove_old_uncommitted_files(s
 def test_checkpoint_hygiene_removes_only_old_feed_and_temporary_files(settings):
     feeds = settings.feeds_dir / "orders"
     feeds.mkdir(parents=True)
-    old_feed, new_feed, old_tmp = feeds / "000000000001.parquet", feeds / "000000000002.parquet", feeds / ".000000000003.tmp"
+    old_feed, new_feed, old_tmp = (feeds / "000000000001.parquet", feeds / "000000000002.parquet",
+                                   feeds / ".000000000003.tmp")
     for path in (old_feed, new_feed, old_tmp):
         path.write_bytes(b"x")
     two_days_ago = time.time() - 2 * 86400

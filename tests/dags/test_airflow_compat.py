@@ -35,13 +35,15 @@ def dags_test(tmp_path: Path, deadline: str) -> subprocess.CompletedProcess:
     folder.mkdir()
     (folder / "deadline_probe.py").write_text(PROBE.format(deadline=deadline))
     env = {**os.environ, "AIRFLOW__CORE__DAGS_FOLDER": str(folder)}
-    return subprocess.run([AIRFLOW, "dags", "test", "deadline_probe"], env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([AIRFLOW, "dags", "test", "deadline_probe"], env=env, capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_airflow_still_fails_dags_test_of_a_dag_with_a_deadline(airflow_db, tmp_path):
     run = dags_test(tmp_path, "alert")
     if run.returncode == 0:
-        pytest.fail("Airflow's `dags test` now passes with a Deadline Alert: remove include/airflow_compat.unless_dags_test")
+        pytest.fail("Airflow's `dags test` now passes with a Deadline Alert: "
+                    "remove include/airflow_compat.unless_dags_test")
     assert "'dict' object has no attribute 'hex'" in run.stdout + run.stderr
 
 

@@ -36,14 +36,16 @@ def call(method, url, token=None, body=None):
 
 @pytest.mark.slow
 def test_nightly_batch_triggered_through_the_rest_api_succeeds(streamed_lake, tmp_path, monkeypatch):
+    tomorrow = datetime.now(timezone.utc).date() + timedelta(days=1)
     for key, value in {"LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2",
                        # No automatic catch-up runs: only the run this test triggers.
-                       "LAMBDALAKE_BATCH_START_DATE": (datetime.now(timezone.utc).date() + timedelta(days=1)).isoformat()}.items():
+                       "LAMBDALAKE_BATCH_START_DATE": tomorrow.isoformat()}.items():
         monkeypatch.setenv(key, value)
     settings = load_settings(home=streamed_lake.copy_to(tmp_path / "home").home)
     try:
         url = start_airflow(settings, port=free_port())
-        token = call("POST", f"{url}/auth/token", body={"username": "admin", "password": admin_password(settings)})["access_token"]
+        token = call("POST", f"{url}/auth/token",
+                     body={"username": "admin", "password": admin_password(settings)})["access_token"]
         deadline = time.monotonic() + 180
         while True:  # the DAG processor registers the DAG shortly after start-up
             try:
@@ -53,7 +55,8 @@ def test_nightly_batch_triggered_through_the_rest_api_succeeds(streamed_lake, tm
                 if error.code != 404 or time.monotonic() > deadline:
                     raise
                 time.sleep(3)
-        run = call("POST", f"{url}/api/v2/dags/{DAG_ID}/dagRuns", token, {"logical_date": None, "conf": {"date": DAY.isoformat()}})
+        run = call("POST", f"{url}/api/v2/dags/{DAG_ID}/dagRuns", token,
+                   {"logical_date": None, "conf": {"date": DAY.isoformat()}})
         run_id = urllib.parse.quote(run["dag_run_id"], safe="")
         deadline = time.monotonic() + 900
         state = run["state"]

@@ -43,8 +43,8 @@ def test_nightly_batch_has_its_deadline_and_assets(dagbag):
     assert dag.catchup is True
     outlets = {str(a.uri) for a in dag.get_task("publish_coverage").outlets}
     assert outlets == {f"lambdalake://batch/{name}" for name in (
-        "revenue_by_category_5m", "order_payments", "traffic_by_page_10m", "device_health_5m", "user_sessions", "alerts",
-        "customers", "customers_history", "revenue_by_segment_1h")}
+        "revenue_by_category_5m", "order_payments", "traffic_by_page_10m", "device_health_5m", "user_sessions",
+        "alerts", "customers", "customers_history", "revenue_by_segment_1h")}
     recompute = dag.get_task("recompute")
     assert recompute.task_type == "SparkJobOperator" and recompute._conn_id == "lambdalake_spark"
 

@@ -82,8 +82,10 @@ def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(lake_env, 
     revenue = ServingEngine(settings).rows("SELECT * FROM revenue_by_category_5m")
     served = [r for r in revenue if r["window_start"].date() == DAY]
     assert {r["source"] for r in served} == {"batch"}
-    assert round(sum(r["revenue"] for r in served), 2) == pytest.approx(result.ledger["revenue_by_category_5m"]["revenue"], abs=0.01)
-    reconciliation = ServingEngine(settings).rows(f"SELECT metric, batch_value FROM reconciliation WHERE date = DATE '{DAY}'")
+    assert round(sum(r["revenue"] for r in served), 2) == pytest.approx(
+        result.ledger["revenue_by_category_5m"]["revenue"], abs=0.01)
+    reconciliation = ServingEngine(settings).rows(
+        f"SELECT metric, batch_value FROM reconciliation WHERE date = DATE '{DAY}'")
     recovered = {r["metric"]: r["batch_value"] for r in reconciliation}["late_matches_recovered"]
     assert recovered == result.ledger["order_payments"]["late_paid"]
 
@@ -92,4 +94,6 @@ def test_deadline_callback_records_the_miss(settings, monkeypatch):
     monkeypatch.setenv("LAMBDALAKE_HOME", str(settings.home))
     asyncio.run(deadline_missed({"dag_run": None}, dag_id="lambda_nightly_batch", deadline="2026-11-21T03:30:00Z"))
     alerts = open_store(settings).select_arrow(tables.ALERTS, ["source", "message"]).to_pylist()
-    assert alerts == [{"source": "deadline", "message": "deadline missed: lambda_nightly_batch run None is not done in time"}]
+    assert alerts == [
+        {"source": "deadline", "message": "deadline missed: lambda_nightly_batch run None is not done in time"}
+    ]

@@ -21,16 +21,19 @@ from include.spark_submit import CONN_ID, MASTER
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMPOSE = PROJECT / "docker-compose.yml"
-SECRETS = ("POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD", "LAMBDALAKE_SERVE_TOKEN")
+SECRETS = (
+    "POSTGRES_PASSWORD", "AIRFLOW_FERNET_KEY", "AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD", "LAMBDALAKE_SERVE_TOKEN"
+)
 PROJECT_IMAGE = "lambdalake:"
 # Variables of the third-party images (their documentation), by image.
 IMAGE_VARIABLES = {
     "postgres": {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"},
     "apache/kafka": {"KAFKA_NODE_ID", "KAFKA_PROCESS_ROLES", "KAFKA_LISTENERS", "KAFKA_ADVERTISED_LISTENERS",
-                     "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "KAFKA_CONTROLLER_LISTENER_NAMES", "KAFKA_INTER_BROKER_LISTENER_NAME",
-                     "KAFKA_CONTROLLER_QUORUM_VOTERS", "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
-                     "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
-                     "KAFKA_NUM_PARTITIONS", "KAFKA_AUTO_CREATE_TOPICS_ENABLE", "KAFKA_LOG_RETENTION_HOURS", "KAFKA_LOG_DIRS"},
+                     "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "KAFKA_CONTROLLER_LISTENER_NAMES",
+                     "KAFKA_INTER_BROKER_LISTENER_NAME", "KAFKA_CONTROLLER_QUORUM_VOTERS",
+                     "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+                     "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_NUM_PARTITIONS", "KAFKA_AUTO_CREATE_TOPICS_ENABLE",
+                     "KAFKA_LOG_RETENTION_HOURS", "KAFKA_LOG_DIRS"},
 }
 # Read by the airflow-init command (it writes the admin password file).
 COMMAND_VARIABLES = {"AIRFLOW_ADMIN_PASSWORD"}
@@ -82,8 +85,10 @@ def test_docker_compose_config_accepts_it_and_refuses_to_start_without_secrets(t
         print(f"SKIP docker-compose config: {reason}")
         pytest.skip(reason)
     env = example_env(tmp_path)
-    ok = subprocess.run([cli, "--project-directory", str(PROJECT), "--env-file", str(env), "-f", str(COMPOSE), "config"],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [cli, "--project-directory", str(PROJECT), "--env-file", str(env), "-f", str(COMPOSE), "config"],
+        capture_output=True, text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     resolved = yaml.safe_load(ok.stdout)
     assert resolved["services"]["serve"]["environment"]["LAMBDALAKE_SERVE_TOKEN"] == "test-lambdalake_serve_token"
@@ -100,7 +105,8 @@ def test_no_secret_is_committed():
     text = COMPOSE.read_text()
     for name in SECRETS:
         assert re.search(rf"\$\{{{name}:\?", text), f"{name} must come from .env, with no default"
-    assert ".env" in (PROJECT / ".gitignore").read_text().split() and ".env" in (PROJECT / ".dockerignore").read_text().split()
+    assert ".env" in (PROJECT / ".gitignore").read_text().split()
+    assert ".env" in (PROJECT / ".dockerignore").read_text().split()
 
 
 def test_every_variable_is_one_its_reader_knows(services):
@@ -163,7 +169,8 @@ def test_airflow_runs_the_dags_of_this_project_on_the_cluster_master(services, m
     assert mounts[env["AIRFLOW__CORE__DAGS_FOLDER"]] == "./dags"
     dockerfile = (PROJECT / "docker" / "Dockerfile").read_text()
     workdir = re.search(r"^WORKDIR (\S+)", dockerfile, flags=re.M).group(1)
-    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == f"{workdir}/dags" and re.search(r"^COPY dags dags$", dockerfile, flags=re.M)
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == f"{workdir}/dags"
+    assert re.search(r"^COPY dags dags$", dockerfile, flags=re.M)
 
     # What the nightly DAG's spark-submit resolves from the connection is the stream's master.
     for conn_id in (CONN_ID, "spark_default"):

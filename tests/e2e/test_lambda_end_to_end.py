@@ -35,8 +35,8 @@ def lake(spark, tmp_path_factory):
     from include.config import load_settings
 
     # Half-hour micro-batches (two 15-minute files); late events land beyond one of them.
-    settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]", shuffle_partitions=2,
-                             max_files_per_trigger=2)
+    settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]",
+                             shuffle_partitions=2, max_files_per_trigger=2)
     options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
                              late_beyond=timedelta(minutes=30))
     result = generate(settings, START, 6, options, seed=21, file_minutes=15, progress=False)
@@ -130,11 +130,13 @@ def test_click_and_sensor_views_in_the_stream_differ_from_truth_only_by_late_eve
 
 
 def session_key(row):
-    return (row["user_id"], iso(row["session_start"]), iso(row["session_end"]), row["events"], row["pages"], row["converted"])
+    return (row["user_id"], iso(row["session_start"]), iso(row["session_end"]), row["events"], row["pages"],
+            row["converted"])
 
 
 def truth_sessions(result, layer):
-    return sorted((r["user_id"], r["session_start"], r["session_end"], int(r["events"]), int(r["pages"]), r["converted"] == "True")
+    return sorted((r["user_id"], r["session_start"], r["session_end"], int(r["events"]), int(r["pages"]),
+                   r["converted"] == "True")
                   for r in read_truth(result, "user_sessions") if r[layer] == "True")
 
 
@@ -155,17 +157,20 @@ def test_sessions_and_alerts_in_the_stream_equal_the_truth_of_on_time_events(lak
     raised = {r["alert_id"]: r for r in engine.rows("SELECT * FROM alerts")}
     expected = truth_alerts(result, "in_stream")
     assert set(raised) == set(expected)
-    assert {kind for kind in (r["kind"] for r in raised.values())} == {"high_temperature", "temperature_anomaly", "order_velocity"}
+    assert {kind for kind in (r["kind"] for r in raised.values())} == {
+        "high_temperature", "temperature_anomaly", "order_velocity"}
     for alert_id, row in raised.items():
         assert row["value"] == pytest.approx(float(expected[alert_id]["value"]), rel=1e-12), alert_id
         assert row["detected_at"] is not None and row["source"] == "speed"
     # Each raised alert went to the notifier once.
-    announced = [json.loads(r["details"])["alert_id"] for r in engine.rows("SELECT details FROM ops_alerts WHERE source = 'alerts'")]
+    announced = [json.loads(r["details"])["alert_id"]
+                 for r in engine.rows("SELECT details FROM ops_alerts WHERE source = 'alerts'")]
     assert sorted(announced) == sorted(raised)
 
 
 def customer_rows(rows, columns):
-    return sorted(tuple(iso(r[c]) if isinstance(r[c], datetime) else (r[c] if r[c] != "" else None) for c in columns) for r in rows)
+    return sorted(tuple(iso(r[c]) if isinstance(r[c], datetime) else (r[c] if r[c] != "" else None) for c in columns)
+                  for r in rows)
 
 
 def truth_customers(result, name, columns):
@@ -191,11 +196,13 @@ def test_the_stream_applies_every_customer_change_and_enriches_with_what_it_know
     assert customer_rows(engine.rows("SELECT * FROM customers_history"), HISTORY_COLUMNS) == \
         truth_customers(result, "customers_history", HISTORY_COLUMNS)
     ledger = result.ledger["customers"]
-    assert ledger["deleted"] and ledger["segment_changes"] and ledger["out_of_order"] and result.ledger["topics"]["customers_cdc"]["late"]
+    assert ledger["deleted"] and ledger["segment_changes"] and ledger["out_of_order"]
+    assert result.ledger["topics"]["customers_cdc"]["late"]
 
     enriched = store.read("speed/revenue_by_segment_1h").collect()
     speed = {order: row["segment"] for row in enriched for order in row["order_ids"]}
-    expected = {r["order_id"]: r["segment_at_end"] for r in read_truth(result, "order_segments") if r["late"] == "False"}
+    expected = {r["order_id"]: r["segment_at_end"]
+                for r in read_truth(result, "order_segments") if r["late"] == "False"}
     assert speed == expected
     assert sum(r["segment_at_end"] != r["segment_at_order"] for r in read_truth(result, "order_segments")
                if r["late"] == "False") == result.ledger["revenue_by_segment_1h"]["enriched_differently_at_end"] > 0
@@ -213,7 +220,8 @@ def served_day(settings) -> tuple[list[dict], list[dict]]:
     engine = ServingEngine(settings)
     revenue = engine.rows(f"SELECT * FROM revenue_by_category_5m WHERE CAST(window_start AS DATE) = DATE '{DAY}' "
                           "ORDER BY window_start, category")
-    payments = engine.rows(f"SELECT * FROM order_payments WHERE CAST(order_time AS DATE) = DATE '{DAY}' ORDER BY order_id")
+    payments = engine.rows(f"SELECT * FROM order_payments WHERE CAST(order_time AS DATE) = DATE '{DAY}' "
+                           "ORDER BY order_id")
     return revenue, payments
 
 
@@ -223,10 +231,12 @@ def test_batch_equals_truth_exactly(lake, batched):
     revenue, payments = served_day(settings)
     assert {r["source"] for r in revenue} == {r["source"] for r in payments} == {"batch"}
     truth = read_truth(result, "revenue_by_category_5m")
-    assert [(r["window_start"], r["category"], float(r["revenue"]), int(r["orders"]), int(r["unique_buyers"])) for r in truth] == \
+    assert [(r["window_start"], r["category"], float(r["revenue"]), int(r["orders"]), int(r["unique_buyers"]))
+            for r in truth] == \
         [(iso(r["window_start"]), r["category"], r["revenue"], r["orders"], r["unique_buyers"]) for r in revenue]
     truth_payments = sorted(read_truth(result, "order_payments"), key=lambda r: r["order_id"])
-    assert [(r["order_id"], r["status"], r["payment_id"] or None, r["pay_time"] or None, float(r["amount"])) for r in truth_payments] == \
+    assert [(r["order_id"], r["status"], r["payment_id"] or None, r["pay_time"] or None, float(r["amount"]))
+            for r in truth_payments] == \
         [(r["order_id"], r["status"], r["payment_id"], iso(r["pay_time"]), r["amount"]) for r in payments]
 
     engine = ServingEngine(settings)
@@ -235,15 +245,20 @@ def test_batch_equals_truth_exactly(lake, batched):
                           "ORDER BY window_start, page_url")
     assert {r["source"] for r in traffic} == {"batch"}
     truth = [r for r in read_truth(result, "traffic_by_page_10m") if r["window_start"].startswith(DAY.isoformat())]
-    assert [(r["window_start"], r["page_url"], *(int(r[c]) for c in ("views", "clicks", "add_to_cart", "unique_users"))) for r in truth] == \
-        [(iso(r["window_start"]), r["page_url"], r["views"], r["clicks"], r["add_to_cart"], r["unique_users"]) for r in traffic]
+    assert [(r["window_start"], r["page_url"], *(int(r[c]) for c in ("views", "clicks", "add_to_cart", "unique_users")))
+            for r in truth] == \
+        [(iso(r["window_start"]), r["page_url"], r["views"], r["clicks"], r["add_to_cart"], r["unique_users"])
+         for r in traffic]
     health = engine.rows("SELECT * FROM device_health_5m ORDER BY window_start, device_id")
     truth = read_truth(result, "device_health_5m")
-    assert [(r["window_start"], r["device_id"], int(r["readings"]), float(r["min_temperature"]), float(r["max_temperature"])) for r in truth] == \
-        [(iso(r["window_start"]), r["device_id"], r["readings"], r["min_temperature"], r["max_temperature"]) for r in health]
+    assert [(r["window_start"], r["device_id"], int(r["readings"]), float(r["min_temperature"]),
+             float(r["max_temperature"])) for r in truth] == \
+        [(iso(r["window_start"]), r["device_id"], r["readings"], r["min_temperature"], r["max_temperature"])
+         for r in health]
     for expected, row in zip(truth, health):
         for column in ("avg_temperature", "stddev_temperature", "avg_humidity"):
-            assert row[column] == (pytest.approx(float(expected[column]), rel=1e-9) if expected[column] else None), column
+            assert row[column] == (pytest.approx(float(expected[column]), rel=1e-9) if expected[column] else None), \
+                column
 
     sessions = engine.rows("SELECT * FROM user_sessions")
     assert {r["source"] for r in sessions} == {"batch"}
@@ -260,8 +275,10 @@ def test_batch_equals_truth_exactly(lake, batched):
     metrics = {r["metric"]: r["batch_value"] for r in reconciliation if r["view"] == "alerts"}
     in_stream = truth_alerts(result, "in_stream")
     for kind in ("high_temperature", "temperature_anomaly", "order_velocity"):
-        assert metrics[f"missed_{kind}"] == sum(1 for a, r in expected.items() if r["kind"] == kind and a not in in_stream)
-        assert metrics[f"unconfirmed_{kind}"] == sum(1 for a, r in in_stream.items() if r["kind"] == kind and a not in expected)
+        assert metrics[f"missed_{kind}"] == sum(1 for a, r in expected.items()
+                                                if r["kind"] == kind and a not in in_stream)
+        assert metrics[f"unconfirmed_{kind}"] == sum(1 for a, r in in_stream.items()
+                                                     if r["kind"] == kind and a not in expected)
     assert sum(metrics[m] for m in metrics if m.startswith("missed_")) > 0
 
     # The customer dimension and the point-in-time enrichment, exactly; reconciliation counts the
@@ -272,7 +289,8 @@ def test_batch_equals_truth_exactly(lake, batched):
         truth_customers(result, "customers_history", HISTORY_COLUMNS)
     by_segment = engine.rows("SELECT * FROM revenue_by_segment_1h ORDER BY window_start, segment")
     assert [(iso(r["window_start"]), r["segment"], r["revenue"], r["orders"], r["source"]) for r in by_segment] == [
-        (r["window_start"], r["segment"], float(r["revenue"]), int(r["orders"]), "batch") for r in read_truth(result, "revenue_by_segment_1h")]
+        (r["window_start"], r["segment"], float(r["revenue"]), int(r["orders"]), "batch")
+        for r in read_truth(result, "revenue_by_segment_1h")]
     metrics = {(r["view"], r["metric"]): r["batch_value"] for r in reconciliation}
     ledger = result.ledger["revenue_by_segment_1h"]
     assert metrics[("revenue_by_segment_1h", "orders_enriched_differently")] == ledger["enriched_differently_at_end"]
@@ -291,7 +309,8 @@ def test_merge_rule_idempotency_backfill_and_restatement(lake, batched):
     # Lateness and the other views are not the point here: order_payments shows where rows come from.
     settings = settings.model_copy(update={"max_files_per_trigger": 8, "speed_views": "order_payments"})
     # Another day arrives; it has no batch run yet, so it is served from speed.
-    generate(settings, START + timedelta(days=1), 2, TrafficOptions(orders_per_hour=60), seed=22, file_minutes=15, progress=False)
+    generate(settings, START + timedelta(days=1), 2, TrafficOptions(orders_per_hour=60), seed=22, file_minutes=15,
+             progress=False)
     run_stream(settings, available_now=True)
     run_batch(settings, DAY, store)
     assert served_day(settings) == batched_rows  # a rerun of a covered day changes nothing
@@ -304,7 +323,8 @@ def test_merge_rule_idempotency_backfill_and_restatement(lake, batched):
     assert sources() == {(DAY, "batch"), (DAY + timedelta(days=1), "speed")}
     # A backfilled older day: all of it behind the watermark, so absent from speed; batch adds it.
     older = DAY - timedelta(days=3)
-    generate(settings, datetime(2026, 11, 17, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60), seed=23, file_minutes=15, progress=False)
+    generate(settings, datetime(2026, 11, 17, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60), seed=23,
+             file_minutes=15, progress=False)
     run_stream(settings, available_now=True)
     assert (older, "speed") not in sources()
     # Its customer changes precede the covered day's: the dimension as of that day is stale.
@@ -313,11 +333,14 @@ def test_merge_rule_idempotency_backfill_and_restatement(lake, batched):
     assert (older, "batch") in sources() and (DAY, "batch") in sources()
 
     # More events land for a covered day: the day turns stale until it is restated.
-    generate(settings, START + timedelta(hours=3), 1, TrafficOptions(orders_per_hour=60), seed=24, file_minutes=15, progress=False)
+    generate(settings, START + timedelta(hours=3), 1, TrafficOptions(orders_per_hour=60), seed=24, file_minutes=15,
+             progress=False)
     run_stream(settings, available_now=True)
     assert stale_days(store, settings) == [DAY]
-    before = ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
+    before = ServingEngine(settings).rows(
+        "SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
     run_batch(settings, DAY, store)
     assert stale_days(store, settings) == []
-    after = ServingEngine(settings).rows("SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
+    after = ServingEngine(settings).rows(
+        "SELECT count(*) AS n FROM order_payments WHERE CAST(order_time AS DATE) = DATE '2026-11-20'")[0]["n"]
     assert after > before

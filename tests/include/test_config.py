@@ -30,18 +30,32 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("env", "value", "expected"),
     [
-        ("WATERMARK_DELAY", "-5 minutes", "invalid setting LAMBDALAKE_WATERMARK_DELAY=-5 minutes: watermark delay must be positive, got '-5 minutes'"),
-        ("WATERMARK_DELAY", "soon", "invalid setting LAMBDALAKE_WATERMARK_DELAY=soon: watermark delay must be a duration like '10 minutes', got 'soon'"),
+        ("WATERMARK_DELAY", "-5 minutes",
+         "invalid setting LAMBDALAKE_WATERMARK_DELAY=-5 minutes: watermark delay must be positive, got '-5 minutes'"),
+        ("WATERMARK_DELAY", "soon",
+         "invalid setting LAMBDALAKE_WATERMARK_DELAY=soon: watermark delay must be a duration like '10 minutes', "
+         "got 'soon'"),
         ("JOIN_WINDOW", "0s", "invalid setting LAMBDALAKE_JOIN_WINDOW=0s: join window must be positive, got '0s'"),
-        ("LAKEHOUSE_ENGINE", "iceberg", "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
-        ("SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
-        ("STREAM_SHUFFLE_PARTITIONS", "0", "invalid setting LAMBDALAKE_STREAM_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
-        ("SPARK_DRIVER_MEMORY", "lots", "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
-        ("APPROX_DISTINCT_RSD", "0.001", "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
-        ("LANDING_MAX_FILE_AGE", "0d", "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
-        ("VIEW_TRIGGERS", "alerts:30s", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts:30s: view triggers must look like 'VIEW=DURATION,...', got 'alerts:30s'"),
-        ("BRONZE_TRIGGER_INTERVAL", "0s", "invalid setting LAMBDALAKE_BRONZE_TRIGGER_INTERVAL=0s: Bronze trigger interval must be positive, got '0s'"),
-        ("VIEW_TRIGGERS", "alerts=soon", "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts=soon: the trigger interval of 'alerts' must be a duration like '10 minutes', got 'soon'"),
+        ("LAKEHOUSE_ENGINE", "iceberg",
+         "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
+        ("SHUFFLE_PARTITIONS", "0",
+         "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
+        ("STREAM_SHUFFLE_PARTITIONS", "0",
+         "invalid setting LAMBDALAKE_STREAM_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
+        ("SPARK_DRIVER_MEMORY", "lots",
+         "invalid setting LAMBDALAKE_SPARK_DRIVER_MEMORY=lots: spark driver memory must look like '4g', got 'lots'"),
+        ("APPROX_DISTINCT_RSD", "0.001",
+         "invalid setting LAMBDALAKE_APPROX_DISTINCT_RSD=0.001: Input should be greater than or equal to 0.005"),
+        ("LANDING_MAX_FILE_AGE", "0d",
+         "invalid setting LAMBDALAKE_LANDING_MAX_FILE_AGE=0d: landing max file age must be positive, got '0d'"),
+        ("VIEW_TRIGGERS", "alerts:30s",
+         "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts:30s: view triggers must look like 'VIEW=DURATION,...', "
+         "got 'alerts:30s'"),
+        ("BRONZE_TRIGGER_INTERVAL", "0s",
+         "invalid setting LAMBDALAKE_BRONZE_TRIGGER_INTERVAL=0s: Bronze trigger interval must be positive, got '0s'"),
+        ("VIEW_TRIGGERS", "alerts=soon",
+         "invalid setting LAMBDALAKE_VIEW_TRIGGERS=alerts=soon: the trigger interval of 'alerts' must be a duration "
+         "like '10 minutes', got 'soon'"),
     ],
 )
 def test_bad_values_give_one_line_error_naming_the_setting(settings, monkeypatch, env, value, expected):
@@ -106,7 +120,8 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     with pytest.raises(ConfigError, match="ingest computes 'traffic_by_page_10m' in its own micro-batches"):
         speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s"}))
     # Given explicitly, an interval may also be shorter than the view's refresh.
-    assert speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "user_sessions=1s"}))["user_sessions"] == timedelta(seconds=1)
+    given = chosen.model_copy(update={"view_triggers": "user_sessions=1s"})
+    assert speed_trigger_intervals(given)["user_sessions"] == timedelta(seconds=1)
     with pytest.raises(ConfigError, match="LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'"):
         speed_trigger_intervals(settings.model_copy(update={"view_triggers": "sessions=5s"}))
 
@@ -120,7 +135,8 @@ def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings)
     assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
         "revenue_by_category_5m", "traffic_by_page_10m", "device_health_5m", "order_payments", "alerts"}
     assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {
-        view.name for view in VIEWS if view.speed.refresh} == {"user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
+        view.name for view in VIEWS if view.speed.refresh} == {
+        "user_sessions", "customers", "customers_history", "revenue_by_segment_1h"}
     # A trigger interval longer than a view's refresh holds for it too.
     slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})
     assert set(speed_trigger_intervals(slow).values()) == {timedelta(minutes=2)}

@@ -36,7 +36,8 @@ def change(op: str, minute: int, segment: str | None, arrived: int, customer: st
     return (op, ms(minute), before, after, t(minute), t(arrived))
 
 
-# name: (micro-batches of changes, SCD1 (segment, updated minute, deleted), SCD2 [(segment, from, to, current, deleted)])
+# name: (micro-batches of changes, SCD1 (segment, updated minute, deleted),
+#        SCD2 [(segment, from, to, current, deleted)])
 SEQUENCES = {
     "update older than the applied one": (
         [[change("c", 1, "a", 1), change("u", 3, "b", 3)], [change("u", 2, "x", 4)]],
@@ -74,7 +75,8 @@ def expected_customers(spark, scd1):
 
 def expected_history(spark, scd2):
     return spark.createDataFrame(
-        [("C1", "Ada", "ada@example.com", segment, "DE", t(start), None if end is None else t(end), current, deleted, DAY)
+        [("C1", "Ada", "ada@example.com", segment, "DE", t(start), None if end is None else t(end), current, deleted,
+          DAY)
          for segment, start, end, current, deleted in scd2],
         VIEWS_BY_NAME["customers_history"].schema)
 
@@ -202,7 +204,8 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
                            for r in combined(view, store.read(view.speed_table)).collect()))
 
     query = (spark.readStream.schema(ORDERS).parquet(str(folder / "*")).writeStream.foreachBatch(merge)
-             .option("checkpointLocation", str(settings.checkpoints_dir / "enrich")).trigger(processingTime="1 second").start())
+             .option("checkpointLocation", str(settings.checkpoints_dir / "enrich"))
+             .trigger(processingTime="1 second").start())
     try:
         while not seen:
             query.awaitTermination(0.5)
@@ -219,19 +222,23 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     assert seen[-1] == [("consumer", 0.3, 2, ["o1", "o3"]), ("premium", 5.0, 1, ["o2"])]
     last = max(batches)
     combine(spark.createDataFrame(batches[last], ORDERS), last)  # a replay of a committed micro-batch
-    assert sorted((r["segment"], r["revenue"], r["orders"]) for r in combined(view, store.read(view.speed_table)).collect()) == [
+    assert sorted((r["segment"], r["revenue"], r["orders"])
+                  for r in combined(view, store.read(view.speed_table)).collect()) == [
         ("consumer", 0.3, 2), ("premium", 5.0, 1)]
     # Stored: a row per key and micro-batch, none rewritten; served: added up.
     assert sorted((r["segment"], r["order_ids"]) for r in store.read(view.speed_table).collect()) == [
         ("consumer", ["o1"]), ("consumer", ["o3"]), ("premium", ["o2"])]
-    served = ServingEngine(settings).rows("SELECT segment, revenue, orders, source FROM revenue_by_segment_1h ORDER BY segment")
+    served = ServingEngine(settings).rows(
+        "SELECT segment, revenue, orders, source FROM revenue_by_segment_1h ORDER BY segment")
     assert served == [{"segment": "consumer", "revenue": 0.3, "orders": 2, "source": "speed"},
                       {"segment": "premium", "revenue": 5.0, "orders": 1, "source": "speed"}]
 
     batch = revenue_by_segment_1h(
-        {"orders": spark.createDataFrame([("o1", "C1", "books", 0.1, t(10), t(10)), ("o2", "C1", "books", 5.0, t(15), t(25)),
+        {"orders": spark.createDataFrame([("o1", "C1", "books", 0.1, t(10), t(10)),
+                                          ("o2", "C1", "books", 5.0, t(15), t(25)),
                                           ("o3", "C2", "books", 0.2, t(16), t(25))], ORDERS),
-         "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False), ("C1", "premium", t(20), None, False),
+         "customers_history": history(spark, [("C1", "consumer", t(0), t(20), False),
+                                              ("C1", "premium", t(20), None, False),
                                               ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
     differing = view.differences.rows(combined(view, store.read(view.speed_table)), batch, view).collect()

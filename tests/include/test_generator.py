@@ -17,8 +17,10 @@ from include.generator import TrafficOptions, follow, generate
 START = datetime(2026, 11, 20, tzinfo=timezone.utc)
 TOPICS = {"clicks", "orders", "payments", "customers_cdc", "sensors"}
 REQUIRED = {
-    "clicks": {"event_id": str, "user_id": str, "session_id": str, "page_url": str, "action": str, "device_type": str, "event_time": "time"},
-    "orders": {"order_id": str, "user_id": str, "product_id": str, "category": str, "amount": (int, float), "event_time": "time"},
+    "clicks": {"event_id": str, "user_id": str, "session_id": str, "page_url": str, "action": str, "device_type": str,
+               "event_time": "time"},
+    "orders": {"order_id": str, "user_id": str, "product_id": str, "category": str, "amount": (int, float),
+               "event_time": "time"},
     "payments": {"payment_id": str, "order_id": str, "amount": (int, float), "method": str, "event_time": "time"},
     "customers_cdc": {"op": str, "ts_ms": int},
     "sensors": {"device_id": str, "temperature": (int, float), "humidity": (int, float), "event_time": "time"},
@@ -184,7 +186,8 @@ def test_same_seed_same_files_and_no_overwrite(tmp_path):
     def landed(home, seed):
         settings = load_settings(home=tmp_path / home)
         generate(settings, START, 1, TrafficOptions(), seed=seed, progress=False)
-        return {str(p.relative_to(settings.landing_dir)): p.read_bytes() for p in settings.landing_dir.glob("*/*.jsonl")}
+        return {str(p.relative_to(settings.landing_dir)): p.read_bytes()
+                for p in settings.landing_dir.glob("*/*.jsonl")}
 
     first = landed("a", 5)
     assert landed("b", 5) == first
@@ -192,7 +195,8 @@ def test_same_seed_same_files_and_no_overwrite(tmp_path):
     settings = load_settings(home=tmp_path / "a")
     with pytest.raises(FileExistsError, match="already exist"):
         generate(settings, START, 1, TrafficOptions(), seed=5, progress=False)
-    assert {str(p.relative_to(settings.landing_dir)): p.read_bytes() for p in settings.landing_dir.glob("*/*.jsonl")} == first
+    assert {str(p.relative_to(settings.landing_dir)): p.read_bytes()
+            for p in settings.landing_dir.glob("*/*.jsonl")} == first
 
 
 def test_follow_lands_live_traffic(tmp_path):
@@ -221,7 +225,8 @@ def test_cli_generate_and_one_line_errors(tmp_path):
     assert {row["topic"] for row in rows} == TOPICS
     assert (tmp_path / "x" / "truth" / "20261120T000000Z-1h-s7" / "ledger.json").exists()
     for bad in (["--late-fraction", "2"], ["--start", "noon"], ["--hours", "-1"]):
-        failed = subprocess.run([lambdalake, "generate", "--home", tmp_path / "y", *bad], capture_output=True, text=True)
+        failed = subprocess.run([lambdalake, "generate", "--home", tmp_path / "y", *bad],
+                                capture_output=True, text=True)
         assert failed.returncode == 2
         assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr
     assert not (tmp_path / "y" / "landing").exists()

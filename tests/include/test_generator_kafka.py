@@ -47,7 +47,8 @@ def produced(kafka_broker, tmp_path_factory):
     """One generator run to Kafka and the same seed to a landing zone, side by side."""
     from include.config import load_settings
 
-    kafka = load_settings(home=tmp_path_factory.mktemp("kafka-home"), kafka_bootstrap_servers=kafka_broker, kafka_partitions=4)
+    kafka = load_settings(home=tmp_path_factory.mktemp("kafka-home"), kafka_bootstrap_servers=kafka_broker,
+                          kafka_partitions=4)
     landing = load_settings(home=tmp_path_factory.mktemp("landing-home"))
     to_kafka = generate(kafka, START, 2, OPTIONS, seed=11, file_minutes=10, progress=False, sink="kafka")
     to_landing = generate(landing, START, 2, OPTIONS, seed=11, file_minutes=10, progress=False)
@@ -66,7 +67,8 @@ def test_the_same_seed_gives_the_same_truth_on_both_sinks(produced):
     assert to_kafka.run_id == to_landing.run_id
     ledger = {key: value for key, value in to_kafka.ledger.items() if key != "parameters"}
     assert ledger == {key: value for key, value in to_landing.ledger.items() if key != "parameters"}
-    assert (to_kafka.truth_dir / "order_payments.csv").read_bytes() == (to_landing.truth_dir / "order_payments.csv").read_bytes()
+    assert ((to_kafka.truth_dir / "order_payments.csv").read_bytes()
+            == (to_landing.truth_dir / "order_payments.csv").read_bytes())
 
 
 @pytest.mark.parametrize("topic", TOPIC_NAMES)
@@ -112,7 +114,8 @@ def test_records_parse_like_landed_lines_through_the_kafka_source_projection(spa
     ])
     for topic in ("orders", "customers_cdc"):
         rows = [(r.key(), r.value(), r.topic(), r.partition(), r.offset(),
-                 datetime.fromtimestamp(r.timestamp()[1] / 1000, timezone.utc), r.timestamp()[0]) for r in records[topic]]
+                 datetime.fromtimestamp(r.timestamp()[1] / 1000, timezone.utc), r.timestamp()[0])
+                for r in records[topic]]
         raw = kafka_raw(spark.createDataFrame(rows, kafka_schema))
         assert tuple(raw.columns) == RAW_COLUMNS
         parsed = parse_topic(raw, topic)
@@ -134,7 +137,8 @@ def test_generate_cli_produces_to_kafka_and_an_unreachable_broker_is_one_line(ka
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{probe.getsockname()[1]}"
-    code = main(["generate", "--home", str(tmp_path / "h2"), "--sink", "kafka", "--bootstrap-servers", closed, "--hours", "0.1"])
+    code = main(["generate", "--home", str(tmp_path / "h2"), "--sink", "kafka", "--bootstrap-servers", closed,
+                 "--hours", "0.1"])
     error = capsys.readouterr().err.strip()
     assert code != 0 and error.startswith("lambdalake: error: cannot reach Kafka at " + closed) and "\n" not in error
 

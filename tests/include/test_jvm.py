@@ -18,7 +18,8 @@ def _status(status) -> tuple:  # noqa: ANN001 - a py4j FileStatus
 
 def test_spark_uses_the_fast_local_file_system(spark) -> None:  # noqa: ANN001
     jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
-    assert jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf).getClass().getName() == FILE_SYSTEM_CLASS
+    file_system = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    assert file_system.getClass().getName() == FILE_SYSTEM_CLASS
     file_context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(conf)
     assert file_context.getDefaultFileSystem().getClass().getName() == ABSTRACT_FILE_SYSTEM_CLASS
 

@@ -47,9 +47,11 @@ def test_alerts_go_by_email_when_the_smtp_connection_exists(settings, smtp_serve
     assert message["Subject"] == "[lambdalake warning] speed_layer_supervisor: stream stalled; restarting"
     assert message["From"] == "lambdalake@example.com"
     assert {address.strip() for address in message["To"].split(",")} == {"oncall@example.com", "data@example.com"}
-    body = message.get_payload()[0].get_payload(decode=True).decode() if message.is_multipart() else message.get_payload()
+    body = (message.get_payload()[0].get_payload(decode=True).decode() if message.is_multipart()
+            else message.get_payload())
     assert "stream stalled; restarting" in body and '"pid": 42' in body.replace("&quot;", '"')
-    assert open_store(settings).select_arrow(tables.ALERTS, ["message"]).to_pylist() == [{"message": "stream stalled; restarting"}]
+    assert open_store(settings).select_arrow(tables.ALERTS, ["message"]).to_pylist() == [
+        {"message": "stream stalled; restarting"}]
 
 
 def test_without_the_connection_the_alert_is_recorded_and_the_miss_logged(settings, smtp_server, caplog):

@@ -69,7 +69,8 @@ def test_valid_lines_are_typed_and_times_normalised_to_utc(spark):
         line(event_time="2026-11-20T11:00:00.250+01:00", extra_field="ignored"),
         line(order_id="o2", amount=3),
     ]
-    rows = with_reason(parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), "orders"), "orders").collect()
+    raw = spark.createDataFrame([(bytearray(x),) for x in lines], "value binary")
+    rows = with_reason(parse_topic(raw, "orders"), "orders").collect()
     assert [(r["rejected"], r["reason"]) for r in rows] == [(False, None), (False, None)]
     # Collected timestamps are naive in the session time zone, which is UTC.
     assert rows[0]["event_time"] == datetime(2026, 11, 20, 10, 0, 0, 250000)
@@ -98,10 +99,12 @@ def test_event_ids_of_every_topic(spark):
         ("customers_cdc", {"op": "d", "ts_ms": 1763632800000, "before": {"customer_id": "C7"}, "after": None}),
         ("clicks", {"event_id": "e1", "user_id": "u", "session_id": "s", "page_url": "/", "action": "view",
                     "device_type": "mobile", "event_time": "2026-11-20T10:00:00Z"}),
-        ("payments", {"payment_id": "p1", "order_id": "o1", "amount": 1.5, "method": "card", "event_time": "2026-11-20T10:00:00Z"}),
+        ("payments", {"payment_id": "p1", "order_id": "o1", "amount": 1.5, "method": "card",
+                      "event_time": "2026-11-20T10:00:00Z"}),
     ]
     rows = {
-        topic: parse_topic(spark.createDataFrame([(bytearray(json.dumps(record).encode()),)], "value binary"), topic).first()
+        topic: parse_topic(spark.createDataFrame([(bytearray(json.dumps(record).encode()),)], "value binary"),
+                           topic).first()
         for topic, record in lines
     }
     assert {t: r["rejected"] for t, r in rows.items()} == dict.fromkeys(rows, False)
@@ -118,8 +121,8 @@ def test_lines_of_several_topics_get_their_own_topics_reasons(spark):
 
     lines = [("orders", line(amount="12.50")), ("payments", line()), ("customers_cdc", b'{"op": "x", "ts_ms": 1}'),
              ("orders", line())]
-    parsed = [parse_topic(spark.createDataFrame([(bytearray(raw),)], "value binary"), topic).withColumn("topic", F.lit(topic))
-              .select("topic", "value", "rejected") for topic, raw in lines]
+    parsed = [parse_topic(spark.createDataFrame([(bytearray(raw),)], "value binary"), topic)
+              .withColumn("topic", F.lit(topic)).select("topic", "value", "rejected") for topic, raw in lines]
     rows = with_reason(parsed[0].unionByName(parsed[1]).unionByName(parsed[2]).unionByName(parsed[3])).collect()
     assert [(r["topic"], r["reason"]) for r in rows] == [
         ("orders", "wrong type for 'amount': expected number"),
@@ -148,7 +151,8 @@ BRONZE_DATE_CASES = [
     ("orders", line(event_time=...)[:-1] + b', "event\\u005ftime": "2026-11-21T10:00:00Z"}', "2026-11-21"),
     ("orders", b'{"order_id": "o1", "amount": ', None),
     ("orders", b"[1, 2, 3]", None),
-    ("customers_cdc", json.dumps({"op": "c", "ts_ms": 1795240800000, "after": {"customer_id": "C1"}}).encode(), "2026-11-21"),
+    ("customers_cdc", json.dumps({"op": "c", "ts_ms": 1795240800000, "after": {"customer_id": "C1"}}).encode(),
+     "2026-11-21"),
     ("customers_cdc", json.dumps({"op": "c", "ts_ms": "soon", "after": {"customer_id": "C1"}}).encode(), None),
 ]
 
@@ -157,7 +161,8 @@ BRONZE_DATE_CASES = [
 def test_bronze_event_date_is_the_parsed_event_date(spark, topic, raw, expected):
     """Bronze's partition (read without a full parse) is the day the parser gives a valid line."""
     lines = spark.createDataFrame([(bytearray(raw),)], "value binary")
-    row = parse_topic(lines, topic).select("rejected", "event_date", bronze_event_date(topic).alias("bronze_date")).collect()[0]
+    row = (parse_topic(lines, topic).select("rejected", "event_date", bronze_event_date(topic).alias("bronze_date"))
+           .collect()[0])
     bronze = row["bronze_date"] and row["bronze_date"].isoformat()
     if not row["rejected"]:
         assert bronze == row["event_date"].isoformat()

@@ -109,7 +109,8 @@ def test_a_join_keeps_the_state_format_its_checkpoint_started_with(spark, tmp_pa
         assert query.lastProgress["stateOperators"][0]["numRowsTotal"] > 0
         logs = tmp_path / checkpoint / "offsets"
         latest = max((path for path in logs.iterdir() if path.name.isdigit()), key=lambda path: int(path.name))
-        return int(json.loads(latest.read_text().splitlines()[1])["conf"]["spark.sql.streaming.join.stateFormatVersion"])
+        conf = json.loads(latest.read_text().splitlines()[1])["conf"]
+        return int(conf["spark.sql.streaming.join.stateFormatVersion"])
 
     assert spark.conf.get("spark.sql.streaming.join.stateFormatVersion") == "3"
     assert run(0, "new") == 3
@@ -138,12 +139,14 @@ def test_executors_of_their_own_keep_few_malloc_arenas_too(tmp_path) -> None:
         "from include.config import load_settings\n"
         "from include.spark import get_spark\n"
         "spark = get_spark(load_settings())\n"
-        "seen = spark.sparkContext.parallelize([0], 1).map(lambda _: (os.getpid(), os.environ.get('MALLOC_ARENA_MAX'))).collect()\n"
+        "seen = spark.sparkContext.parallelize([0], 1)"
+        ".map(lambda _: (os.getpid(), os.environ.get('MALLOC_ARENA_MAX'))).collect()\n"
         "print(seen[0][0] != os.getpid(), seen[0][1], os.environ.get('MALLOC_ARENA_MAX'))\n"
         "spark.stop()\n"
     )
     env = {key: value for key, value in os.environ.items() if key not in ("MALLOC_ARENA_MAX", "PYSPARK_GATEWAY_PORT")}
-    env.update(LAMBDALAKE_HOME=str(tmp_path), LAMBDALAKE_SPARK_MASTER="local-cluster[1,1,1024]", PYSPARK_PYTHON=sys.executable)
+    env.update(LAMBDALAKE_HOME=str(tmp_path), LAMBDALAKE_SPARK_MASTER="local-cluster[1,1,1024]",
+               PYSPARK_PYTHON=sys.executable)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-3:] == ["True", "2", "None"]

@@ -18,7 +18,8 @@ def test_pyspark_ships_the_spark_submit_the_dags_use():
 @pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[4,2]", "spark://spark-master:7077",
                                     "spark://a:7077,b:7077", "k8s://https://10.0.0.1:6443"])
 def test_master_urls_spark_accepts(master):
-    check_runnable(master, "spark-submit", {**JAVA_ENV, "PATH": f"{installed_spark_bin()}{os.pathsep}{JAVA_ENV['PATH']}"})
+    check_runnable(master, "spark-submit",
+                   {**JAVA_ENV, "PATH": f"{installed_spark_bin()}{os.pathsep}{JAVA_ENV['PATH']}"})
 
 
 @pytest.mark.parametrize("master, binary, env, reason", [

@@ -51,9 +51,10 @@ def test_revenue_windows_are_tumbling_and_exact_in_batch(spark, exact):
 
 
 SAMPLES = {  # a few events per topic with repeated keys, windows and users
-    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i, t(10, i % 12, i)) for i in range(24)], ORDERS),
-    "clicks": ([(f"e{i}", f"u{i % 4}", ("/home", "/cart")[i % 2], ("view", "click", "add_to_cart")[i % 3], t(10, i % 17, i))
-                for i in range(30)], CLICKS),
+    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i, t(10, i % 12, i)) for i in range(24)],
+               ORDERS),
+    "clicks": ([(f"e{i}", f"u{i % 4}", ("/home", "/cart")[i % 2], ("view", "click", "add_to_cart")[i % 3],
+                 t(10, i % 17, i)) for i in range(30)], CLICKS),
     "sensors": ([(f"D{i % 3}", 20 + (i * 7 % 13) / 4, 40.0 + i % 5, t(10, i % 11, i)) for i in range(33)], SENSORS),
 }
 
@@ -106,9 +107,11 @@ def test_speed_rows_include_pending_and_the_best_status_wins(spark, settings):
     payments = spark.createDataFrame([("p1", "o1", 10.0, t(10, 10))], PAYMENTS)
     speed = order_payments({"orders": orders, "payments": payments}, ViewContext(settings, exact=False))
     assert sorted(r["status"] for r in speed.collect()) == ["paid", "pending"]
-    assert [(r["order_id"], r["status"], r["payment_id"]) for r in best_order_status(speed).collect()] == [("o1", "paid", "p1")]
+    assert [(r["order_id"], r["status"], r["payment_id"]) for r in best_order_status(speed).collect()] == [
+        ("o1", "paid", "p1")]
     unpaid_and_pending = speed.where("status = 'pending'").unionByName(
-        speed.where("status = 'pending'").selectExpr(*[c if c != "status" else "'unpaid' AS status" for c in speed.columns])
+        speed.where("status = 'pending'").selectExpr(
+            *[c if c != "status" else "'unpaid' AS status" for c in speed.columns])
     )
     assert [r["status"] for r in best_order_status(unpaid_and_pending).collect()] == ["unpaid"]
 
@@ -140,12 +143,15 @@ def test_first_copies_in_a_stream_drop_copies_within_the_horizon_and_keep_ids_th
         path = folder / f"{number}.parquet"
         pq.write_table(pa.table({"event_id": ids, "ingested_at": pa.array([at] * len(ids), pa.timestamp("us"))}), path)
         os.utime(path, (1_000_000 + number, 1_000_000 + number))  # the file source reads by modification time
-    events = spark.readStream.schema("event_id string, ingested_at timestamp").option("maxFilesPerTrigger", 1).parquet(str(folder))
-    query = (first_copies(events, ["event_id"], timedelta(minutes=10)).writeStream.format("memory").queryName("first_copies")
-             .option("checkpointLocation", str(settings.checkpoints_dir / "first_copies")).trigger(availableNow=True).start())
+    events = (spark.readStream.schema("event_id string, ingested_at timestamp").option("maxFilesPerTrigger", 1)
+              .parquet(str(folder)))
+    query = (first_copies(events, ["event_id"], timedelta(minutes=10)).writeStream.format("memory")
+             .queryName("first_copies").option("checkpointLocation", str(settings.checkpoints_dir / "first_copies"))
+             .trigger(availableNow=True).start())
     query.awaitTermination()
     kept = sorted((r["event_id"], r["ingested_at"]) for r in spark.table("first_copies").collect())
-    assert kept == [("a", t(10, 0)), ("b", t(10, 0)), ("c", t(10, 0)), ("c", t(10, 22)), ("d", t(10, 9)), ("e", t(10, 21))]
+    assert kept == [("a", t(10, 0)), ("b", t(10, 0)), ("c", t(10, 0)), ("c", t(10, 22)), ("d", t(10, 9)),
+                    ("e", t(10, 21))]
     state = {p["batchId"]: p["stateOperators"][0]["numRowsTotal"] for p in query.recentProgress if p["numInputRows"]}
     assert state[2] == 4 and state[3] == 2  # batch 3 saw 10:10 pass: a, b and c (10:00) forgotten
 
@@ -162,7 +168,8 @@ def test_the_registry_declares_each_view_completely():
         assert all(VIEWS_BY_NAME[name].kind == "dimension" and VIEWS.index(VIEWS_BY_NAME[name]) < VIEWS.index(view)
                    for name in view.lookups)
     assert input_topics(VIEWS) == ("orders", "payments", "clicks", "sensors", "customers_cdc")
-    assert {view.name for view in VIEWS} >= {"user_sessions", "alerts", "customers", "customers_history", "revenue_by_segment_1h"}
+    assert {view.name for view in VIEWS} >= {
+        "user_sessions", "alerts", "customers", "customers_history", "revenue_by_segment_1h"}
 
 
 def test_input_days_follow_the_join_window(settings):
@@ -171,7 +178,8 @@ def test_input_days_follow_the_join_window(settings):
     assert view.input_days("orders", day, settings) == [day]
     assert view.input_days("payments", day, settings) == [day, date(2026, 11, 21)]
     # A session starting on the day may continue clicks from before midnight and run past the next.
-    assert VIEWS_BY_NAME["user_sessions"].input_days("clicks", day, settings) == [date(2026, 11, 19), day, date(2026, 11, 21)]
+    assert VIEWS_BY_NAME["user_sessions"].input_days("clicks", day, settings) == [
+        date(2026, 11, 19), day, date(2026, 11, 21)]
     assert VIEWS_BY_NAME["alerts"].input_days("sensors", day, settings) == [date(2026, 11, 19), day]
 
 
@@ -221,7 +229,8 @@ def test_a_speed_merge_reads_only_the_files_of_its_key_times(spark, settings):
                     replaces_sql(view.speed.precedence))
 
     for hour in range(8, 12):  # a micro-batch per hour: its pending orders in files of their own
-        merge([(f"o{hour}-{n}", "u1", "books", 1.0, t(hour, n), None, None, None, "pending", day) for n in range(3)], hour)
+        merge([(f"o{hour}-{n}", "u1", "books", 1.0, t(hour, n), None, None, None, "pending", day) for n in range(3)],
+              hour)
     merge([("o11-1", "u1", "books", 1.0, t(11, 1), "p1", 1.0, t(11, 5), "paid", day),
            ("o11-9", "u1", "books", 1.0, t(11, 9), None, None, None, "pending", day)], 12)
 
@@ -273,7 +282,8 @@ def test_the_stream_distinct_count_is_exact_for_few_values_and_within_its_error_
     from pyspark.sql import functions as F
 
     def users(rows: int):  # noqa: ANN202 - DataFrame
-        return spark.range(rows).select((F.col("id") % 3).alias("group"), (F.col("id") % 20_003).cast("string").alias("user_id"))
+        return spark.range(rows).select((F.col("id") % 3).alias("group"),
+                                        (F.col("id") % 20_003).cast("string").alias("user_id"))
 
     speed = ViewContext(settings, exact=False)
     few = users(50).groupBy("group").agg(*distinct_count("user_id", "n", speed))
@@ -287,7 +297,8 @@ def test_sketched_distinct_counts_merge_as_the_whole_counts(spark, settings):
     from pyspark.sql import functions as F
 
     speed = ViewContext(settings, exact=False)
-    users = spark.range(30_000).select((F.col("id") % 2).alias("part"), (F.col("id") % 20_003).cast("string").alias("user_id"))
+    users = spark.range(30_000).select((F.col("id") % 2).alias("part"),
+                                       (F.col("id") % 20_003).cast("string").alias("user_id"))
     whole = users.agg(*distinct_count("user_id", "n", speed)).first().n
     parts = users.groupBy("part").agg(*distinct_count("user_id", "n", speed))
     merged = parts.agg(*[F.expr(sql).alias(name) for name, sql in merged_distinct_count("n").items()]).first().n
@@ -303,7 +314,8 @@ def test_device_health_statistics_one_reading_and_zero_deviation(spark, exact):
     )
     rows = {(r["device_id"], r["window_start"]): r for r in device_health_5m({"sensors": readings}, exact).collect()}
     first = rows[("D1", t(10, 0))]
-    assert (first["readings"], first["avg_temperature"], first["min_temperature"], first["max_temperature"]) == (3, 23.0, 20.0, 27.0)
+    assert (first["readings"], first["avg_temperature"], first["min_temperature"], first["max_temperature"]) == (
+        3, 23.0, 20.0, 27.0)
     assert first["stddev_temperature"] == pytest.approx(3.605551275463989) and first["avg_humidity"] == 50.0
     alone = rows[("D1", t(10, 5))]
     assert (alone["readings"], alone["stddev_temperature"], alone["window_end"]) == (1, None, t(10, 10))
@@ -326,7 +338,8 @@ def test_sessions_merge_below_the_gap_and_split_at_exactly_the_gap():
     assert len(merge_sessions([click(0), click(30)], gap)) == 1
     assert len(merge_sessions([click(0), Session(gap + 1, gap + 1, 1, frozenset(["/a"]), False)], gap)) == 2
     # A click between two sessions joins them into one.
-    assert merge_sessions([Session(0, 0, 1, frozenset(["/a"]), False), Session(40 * MINUTE_US, 40 * MINUTE_US, 1, frozenset(["/a"]), False),
+    assert merge_sessions([Session(0, 0, 1, frozenset(["/a"]), False),
+                           Session(40 * MINUTE_US, 40 * MINUTE_US, 1, frozenset(["/a"]), False),
                            click(20)], gap)[0].events == 3
 
 
@@ -373,14 +386,17 @@ def test_alerts_in_batch_with_their_boundaries(spark, exact):
     orders += [(f"b{i}", "u2", "books", 1.0, t(11, 0, i)) for i in range(6)]  # one more: an alert
     orders += [(f"c{i}", "u3", "books", 1.0, t(11, 4, 58 + i)) for i in range(2)]  # a burst split by the
     orders += [(f"d{i}", "u3", "books", 1.0, t(11, 5, i)) for i in range(4)]  # window boundary: no alert
-    raised = alerts({"sensors": spark.createDataFrame(readings, SENSORS), "orders": spark.createDataFrame(orders, ORDERS)}, exact)
+    raised = alerts({"sensors": spark.createDataFrame(readings, SENSORS),
+                     "orders": spark.createDataFrame(orders, ORDERS)}, exact)
     rows = {r["alert_id"]: r for r in raised.collect()}
-    assert set(rows) == {"temperature_anomaly|D1|2026-11-20T10:05:00.000Z", "high_temperature|D1|2026-11-20T10:21:00.000Z",
+    assert set(rows) == {"temperature_anomaly|D1|2026-11-20T10:05:00.000Z",
+                         "high_temperature|D1|2026-11-20T10:21:00.000Z",
                          "order_velocity|u2|2026-11-20T11:00:00.000Z"}
     prior = [20.0, 20.5, 20.0, 20.5, 20.0]
     assert rows["temperature_anomaly|D1|2026-11-20T10:05:00.000Z"]["value"] == \
         pytest.approx((30.0 - statistics.mean(prior)) / statistics.stdev(prior), rel=1e-12)
-    assert (rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["value"], rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["threshold"]) == (80.01, 80.0)
+    assert (rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["value"],
+            rows["high_temperature|D1|2026-11-20T10:21:00.000Z"]["threshold"]) == (80.01, 80.0)
     velocity = rows["order_velocity|u2|2026-11-20T11:00:00.000Z"]
     assert (velocity["kind"], velocity["entity_id"], velocity["value"], velocity["threshold"], velocity["date"]) == \
         ("order_velocity", "u2", 6.0, 5.0, date(2026, 11, 20))
@@ -403,12 +419,14 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
             spark.createDataFrame(data, schemas[name]).write.parquet(str(folders[name] / f"b{batch}"))
 
     def run() -> None:
-        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes")
+        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*"))
+                  .withWatermark("event_time", "10 minutes")
                   for name, folder in folders.items()}
         context = ViewContext(settings, exact=False)
         for view in (sessions, raised):
             store.ensure_table(view.speed_table, view.schema, ["date"])
-            rows = view.define({topic: inputs[topic] for topic in view.inputs}, context).select(*view.schema.fieldNames())
+            rows = (view.define({topic: inputs[topic] for topic in view.inputs}, context)
+                    .select(*view.schema.fieldNames()))
             (rows.writeStream.outputMode(view.speed.mode).foreachBatch(MergeBatch(store, view, settings))
              .option("checkpointLocation", str(settings.checkpoints_dir / view.name)).trigger(availableNow=True).start()
              .awaitTermination())
@@ -418,7 +436,8 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
              "sensors": [("D1", 20.0, 40.0, t(10, 0))],
              "orders": [(f"o{i}", "u9", "books", 1.0, t(10, 1, i)) for i in range(6)]})
     run()
-    open_rows = sorted((r["session_start"], r["session_end"], r["events"]) for r in store.read(sessions.speed_table).collect())
+    open_rows = sorted((r["session_start"], r["session_end"], r["events"])
+                       for r in store.read(sessions.speed_table).collect())
     assert open_rows == [(t(10, 0), t(10, 10), 2), (t(10, 41), t(10, 41), 1)]  # open sessions are visible
     first = store.read(raised.speed_table).collect()
     assert [(r["alert_id"], r["value"]) for r in first] == [("order_velocity|u9|2026-11-20T10:00:00.000Z", 6.0)]
@@ -430,7 +449,8 @@ def test_the_speed_side_of_sessions_and_alerts_streams_updates_tombstones_and_ra
     assert [(r["session_start"], r["session_end"], r["events"], r["pages"], r["converted"])
             for r in store.read(sessions.speed_table).collect()] == [(t(10, 0), t(10, 41), 4, 3, True)]
     second = store.read(raised.speed_table).collect()
-    assert [(r["alert_id"], r["value"], r["detected_at"]) for r in second] == [(first[0]["alert_id"], 7.0, first[0]["detected_at"])]
+    assert [(r["alert_id"], r["value"], r["detected_at"]) for r in second] == [
+        (first[0]["alert_id"], 7.0, first[0]["detected_at"])]
     announced = [json.loads(r["details"])["alert_id"] for r in store.read("ops/alerts").collect()]
     assert announced == [first[0]["alert_id"]]
 
@@ -453,14 +473,17 @@ def test_the_speed_side_frees_state_once_the_watermark_passes_and_keeps_one_time
                 "orders": [(f"o{batch}{i}", f"b{key}", "books", 1.0, t(hour, minute + 1, i)) for i in range(2)]}
         for name, data in rows.items():
             spark.createDataFrame(data, schemas[name]).write.parquet(str(folders[name] / f"b{batch}"))
-        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*")).withWatermark("event_time", "10 minutes")
+        inputs = {name: spark.readStream.schema(schemas[name]).parquet(str(folder / "*"))
+                  .withWatermark("event_time", "10 minutes")
                   for name, folder in folders.items()}
-        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")  # the watermark's batch fires the timers
+        # The watermark's batch fires the timers.
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "true")
         for view in views:
             store.ensure_table(view.speed_table, view.schema, ["date"])
             out = view.define({topic: inputs[topic] for topic in view.inputs}, ViewContext(settings, exact=False))
             (out.select(*view.schema.fieldNames()).writeStream.outputMode(view.speed.mode)
-             .foreachBatch(MergeBatch(store, view, settings)).option("checkpointLocation", str(settings.checkpoints_dir / view.name))
+             .foreachBatch(MergeBatch(store, view, settings))
+             .option("checkpointLocation", str(settings.checkpoints_dir / view.name))
              .trigger(availableNow=True).start().awaitTermination())
 
     def state(view: str, **options: str) -> list:

@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 # What the dashboard asks most; the concurrency test repeats them.
 QUERIES = [
     "SELECT status, count(*) AS orders FROM order_payments GROUP BY status ORDER BY status",
-    "SELECT category, round(sum(revenue), 2) AS revenue FROM revenue_by_category_5m GROUP BY category ORDER BY category",
+    "SELECT category, round(sum(revenue), 2) AS revenue FROM revenue_by_category_5m "
+    "GROUP BY category ORDER BY category",
     "SELECT topic, count(*) AS late FROM late_events GROUP BY topic ORDER BY topic",
     "SELECT view, metric, diff FROM reconciliation ORDER BY view, metric",
 ]
@@ -83,7 +84,8 @@ def call(url: str, path: str, body: dict | bytes | None = None, token: str | Non
          scheme: str = "Bearer") -> tuple[int, str]:
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     headers = {"Authorization": f"{scheme} {token}"} if token is not None else {}
-    request = urllib.request.Request(url + path, data=data, headers=headers, method="POST" if data is not None else "GET")
+    request = urllib.request.Request(url + path, data=data, headers=headers,
+                                     method="POST" if data is not None else "GET")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             return response.status, response.read().decode()
@@ -139,7 +141,8 @@ def test_status_answers_what_the_cli_prints(server, lake):
     drop = {"checked_at"}  # the moment each was asked
     assert [{k: v for k, v in row.items() if k not in drop} for row in served] == \
         [{k: v for k, v in row.items() if k not in drop} for row in printed]
-    assert served[0]["batch_covered_days"] == DAY.isoformat() and served[0]["last_alert"] == "stream stalled; restarting"
+    assert served[0]["batch_covered_days"] == DAY.isoformat()
+    assert served[0]["last_alert"] == "stream stalled; restarting"
 
 
 @pytest.mark.parametrize("sql", [*FORBIDDEN, "SELEC 1", "SELECT * FROM no_such_view"])
@@ -172,7 +175,8 @@ def test_a_malformed_body_answers_400(server, body):
 def test_a_slow_query_is_cancelled_at_the_time_limit(server):
     url, _ = server
     started = time.monotonic()
-    status, body = call(url, "/api/query", {"sql": "SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000000) b"})
+    status, body = call(url, "/api/query",
+                        {"sql": "SELECT sum(a.range * b.range) FROM range(100000000) a, range(100000000) b"})
     assert status == 504 and json.loads(body) == {"error": "query cancelled after the 5 s time limit"}
     assert 5 <= time.monotonic() - started < 30
     assert call(url, "/api/query", {"sql": "SELECT 1 AS one"}) == (200, '[{"one":1}]')
@@ -208,7 +212,8 @@ def test_fifty_concurrent_clients_for_twenty_seconds(server, lake):
 def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_path):
     binary = chromium_binary()
     if binary is None:
-        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; Debian: apt-get install chromium")
+        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; "
+                    "Debian: apt-get install chromium")
     url, _ = server
     browser = Chromium(binary, tmp_path / "profile")
     try:
@@ -225,7 +230,8 @@ def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_pa
         dots = browser.evaluate("Object.fromEntries(['speed', 'batch', 'merged'].map(s => "
                                 "[s, document.querySelectorAll(`#revenue circle[data-series=${s}]`).length]))")
         assert dots == series
-        views = browser.evaluate("[...document.querySelectorAll('#freshness tbody tr')].map(r => r.cells[0].textContent)")
+        views = browser.evaluate(
+            "[...document.querySelectorAll('#freshness tbody tr')].map(r => r.cells[0].textContent)")
         assert views == [view.name for view in VIEWS]
         assert browser.evaluate("document.querySelectorAll('#losses tbody tr').length") >= 5
         assert browser.evaluate("document.querySelectorAll('#reconciliation tr.diff').length") >= 1
@@ -237,7 +243,8 @@ def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_pa
         # New data shows up on its own, without reloading the page.
         browser.evaluate("window.sameDocument = true")
         notify(lake, "lambda_nightly_batch", "deadline missed in the browser test")
-        browser.wait_for("document.querySelector('#alerts tbody').textContent.includes('deadline missed in the browser test')", 30)
+        browser.wait_for(
+            "document.querySelector('#alerts tbody').textContent.includes('deadline missed in the browser test')", 30)
         assert browser.evaluate("window.sameDocument") is True
         shot = browser.screenshot(tmp_path / "dashboard.png")
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

@@ -33,13 +33,15 @@ def lake(spark, settings):
     store = open_store(settings, spark)
     for table in (REVENUE.speed_table, REVENUE.batch_table):
         store.ensure_table(table, REVENUE.schema, ["date"])
-    store.append(REVENUE.speed_table, spark.createDataFrame([revenue_row(D1, 1.0), revenue_row(D2, 2.0)], REVENUE.schema))
+    store.append(REVENUE.speed_table,
+                 spark.createDataFrame([revenue_row(D1, 1.0), revenue_row(D2, 2.0)], REVENUE.schema))
     store.append(REVENUE.batch_table, spark.createDataFrame([revenue_row(D1, 10.0)], REVENUE.schema))
     return settings, store
 
 
 def served(settings):
-    rows = ServingEngine(settings).rows("SELECT window_start, revenue, source FROM revenue_by_category_5m ORDER BY window_start")
+    rows = ServingEngine(settings).rows(
+        "SELECT window_start, revenue, source FROM revenue_by_category_5m ORDER BY window_start")
     return [(r["window_start"].date(), r["revenue"], r["source"]) for r in rows]
 
 
@@ -73,7 +75,8 @@ def test_refresh_follows_replaced_and_compacted_files(lake):
     speed = "SELECT revenue FROM _speed_revenue_by_category_5m ORDER BY revenue"
     for revenue in (3.0, 4.0):
         store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, revenue)], REVENUE.schema))
-    store.replace_partition(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D1, 7.0)], REVENUE.schema), {"date": D1})
+    store.replace_partition(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D1, 7.0)], REVENUE.schema),
+                            {"date": D1})
     engine.refresh()
     assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
     store.optimize(REVENUE.speed_table)  # removes three files of 2026-11-21 and adds one
@@ -85,7 +88,8 @@ def test_refresh_follows_replaced_and_compacted_files(lake):
 def test_a_failed_refresh_changes_nothing_and_the_next_one_catches_up(lake, monkeypatch):
     settings, store = lake
     engine = ServingEngine(settings)
-    total = "SELECT (SELECT sum(revenue) FROM _speed_revenue_by_category_5m) + (SELECT sum(revenue) FROM _batch_revenue_by_category_5m) AS r"
+    total = ("SELECT (SELECT sum(revenue) FROM _speed_revenue_by_category_5m) "
+             "+ (SELECT sum(revenue) FROM _batch_revenue_by_category_5m) AS r")
     assert engine.rows(total) == [{"r": 13.0}]
     for table in (REVENUE.speed_table, REVENUE.batch_table):
         store.append(table, store.spark.createDataFrame([revenue_row(D2, 100.0)], REVENUE.schema))
@@ -151,7 +155,8 @@ def test_forbidden_queries_exit_non_zero_and_change_nothing(lake, sql, tmp_path,
     workdir.mkdir()
     argv = ["query", "--home", str(settings.home), sql.format(lake=settings.lakehouse_dir)]
     if sql == FORBIDDEN[0]:  # one through the installed command; the others in-process (same main, no start-up)
-        result = subprocess.run([Path(sys.executable).parent / "lambdalake", *argv], capture_output=True, text=True, cwd=workdir)
+        result = subprocess.run([Path(sys.executable).parent / "lambdalake", *argv], capture_output=True, text=True,
+                                cwd=workdir)
         code, stdout, stderr = result.returncode, result.stdout, result.stderr
     else:
         from lambdalake.cli import main
@@ -203,7 +208,8 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     assert (revenue["input_waiting_files"], revenue["input_waiting_bytes"]) == (1, 19)
     assert 3 * 3600 <= revenue["input_lag_seconds"] < 3 * 3600 + 300
 
-    summary = subprocess.run([lambdalake, "status", "--home", settings.home], capture_output=True, text=True, check=True)
+    summary = subprocess.run([lambdalake, "status", "--home", settings.home], capture_output=True, text=True,
+                             check=True)
     lines = summary.stdout.splitlines()
     assert lines[0] == "stream: never started; 1 landed files waiting (0.0 MB), the oldest for 3 h"
     assert lines[-1] == "alerts: none"
@@ -236,5 +242,7 @@ def test_history_and_query_as_of_a_version_or_a_time(lake):
     assert [(v["version"], v["rows"], v["files"]) for v in history] == [(2, 3, 3), (1, 2, 2), (0, 0, 0)]
     assert history[0]["operation"] and history[0]["committed_at"] > between.isoformat()[:19]
 
-    unknown = subprocess.run([lambdalake, "history", "speed/nope", "--home", settings.home], capture_output=True, text=True)
-    assert unknown.returncode == 2 and "no Delta table 'speed/nope'" in unknown.stderr and REVENUE.speed_table in unknown.stderr
+    unknown = subprocess.run([lambdalake, "history", "speed/nope", "--home", settings.home], capture_output=True,
+                             text=True)
+    assert unknown.returncode == 2 and "no Delta table 'speed/nope'" in unknown.stderr
+    assert REVENUE.speed_table in unknown.stderr

@@ -25,8 +25,8 @@ CAUGHT_UP_LAG = 8  # seconds: a few micro-batches
 def land_orders(zone: LandingZone, number: int) -> int:
     """One landing file of orders, event time now; returns its size in bytes."""
     at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    orders = [json.dumps({"order_id": f"o-{number:05d}-{i}", "user_id": f"u{i}", "product_id": "p1", "category": "books",
-                          "amount": 1.0, "event_time": at}) for i in range(ORDERS_PER_FILE)]
+    orders = [json.dumps({"order_id": f"o-{number:05d}-{i}", "user_id": f"u{i}", "product_id": "p1",
+                          "category": "books", "amount": 1.0, "event_time": at}) for i in range(ORDERS_PER_FILE)]
     return zone.write("orders", f"{number:06d}", orders).stat().st_size
 
 
@@ -88,7 +88,8 @@ def test_a_micro_batch_takes_what_waits_up_to_a_bound(tmp_path):
     assert landing_admission(settings, available_now=True) == {"maxFilesPerTrigger": 1}  # watermarks advance between
     assert kafka_records_per_trigger(settings) == 64 * 1024 * 1024 // KAFKA_RECORD_BYTES
     chosen = load_settings(home=tmp_path / "home", max_files_per_trigger=5, max_offsets_per_trigger=1000)
-    assert landing_admission(chosen, available_now=False) == landing_admission(chosen, available_now=True) == {"maxFilesPerTrigger": 5}
+    assert landing_admission(chosen, available_now=False) == landing_admission(chosen, available_now=True) == {
+        "maxFilesPerTrigger": 5}
     assert kafka_records_per_trigger(chosen) == 1000
 
 
@@ -104,7 +105,8 @@ def test_the_backlog_is_what_landed_after_the_newest_file_taken(tmp_path):
     # Spark's file-source log: the newest batch's file (here a compaction of all before it) is read.
     log = settings.checkpoints_dir / "speed_ingest" / "sources" / "1"
     log.mkdir(parents=True)
-    taken = [{"path": f"file://{zone.path('orders', f'{n:06d}')}", "timestamp": 1_795_000_000_000 + n * 1000, "batchId": n}
+    taken = [{"path": f"file://{zone.path('orders', f'{n:06d}')}", "timestamp": 1_795_000_000_000 + n * 1000,
+              "batchId": n}
              for n in range(2)]
     (log / "0").write_text("v1\n" + json.dumps(taken[0]))
     (log / "1.compact").write_text("v1\n" + "\n".join(json.dumps(entry) for entry in taken))

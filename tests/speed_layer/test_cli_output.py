@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 
 def stream(settings, *options: str) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if not key.startswith("LAMBDALAKE_")}
-    env.update(LAMBDALAKE_SPARK_MASTER="local[2]", LAMBDALAKE_SHUFFLE_PARTITIONS="2", LAMBDALAKE_MAX_FILES_PER_TRIGGER="2",
+    env.update(LAMBDALAKE_SPARK_MASTER="local[2]", LAMBDALAKE_SHUFFLE_PARTITIONS="2",
+               LAMBDALAKE_MAX_FILES_PER_TRIGGER="2",
                LAMBDALAKE_SPEED_VIEWS="order_payments")  # what is printed, not the views, is the point
     return subprocess.run([LAMBDALAKE, "stream", "--available-now", "--home", settings.home, *options],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -34,7 +35,8 @@ def test_quiet_by_default_with_progress_lines_then_verbose_on_request(settings):
     quiet = stream(settings)
     assert quiet.returncode == 0, quiet.stderr
     progress = [line for line in quiet.stderr.splitlines() if line.startswith("ingest: ")]
-    assert progress and progress[-1].startswith(f"ingest: {landed}/{landed} files, ") and progress[-1].endswith(" events/s")
+    assert progress and progress[-1].startswith(f"ingest: {landed}/{landed} files, ")
+    assert progress[-1].endswith(" events/s")
     assert not [word for word in NOISE if word in quiet.stderr], quiet.stderr
     assert quiet.stdout.splitlines()[0].split()[:2] == ["topic", "bronze"]
     assert "NativeCodeLoader" in (settings.run_dir / "spark.log").read_text()  # kept, not lost

@@ -28,7 +28,14 @@ from speed_layer import gold, ingest
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
-from speed_layer.runner import CACHE_COMPRESSED, NO_DATA_BATCHES, SHUFFLE_PARTITIONS, query_trigger_intervals, run_stream, stream_shuffle_partitions
+from speed_layer.runner import (
+    CACHE_COMPRESSED,
+    NO_DATA_BATCHES,
+    SHUFFLE_PARTITIONS,
+    query_trigger_intervals,
+    run_stream,
+    stream_shuffle_partitions,
+)
 from speed_layer.sources import kafka_unavailable_reason, landing_source
 
 
@@ -65,7 +72,8 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
     assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_alerts": ANY}]
     queries = chosen.model_copy(update={"one_pass": False})  # the views of the pass as queries of their own
-    assert gold.gold_writers(spark, queries, open_store(queries, spark)) == [{}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
+    assert gold.gold_writers(spark, queries, open_store(queries, spark)) == [
+        {}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
     # A view's lookups run with it.
     enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})
     assert [list(phase) for phase in gold.gold_writers(spark, enriched, open_store(enriched, spark))] == [
@@ -88,7 +96,8 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
 
     assert bronze_interval(trigger_interval=timedelta(seconds=1)) == timedelta(seconds=10)
     assert bronze_interval(trigger_interval=timedelta(minutes=1)) == timedelta(minutes=1)
-    assert bronze_interval(trigger_interval=timedelta(seconds=1), bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
+    assert bronze_interval(trigger_interval=timedelta(seconds=1),
+                           bronze_trigger_interval=timedelta(seconds=2)) == timedelta(seconds=2)
     # Every query the runner starts has its interval here.
     assert set(query_trigger_intervals(settings)) == {
         "speed_bronze", "speed_ingest", *(v.speed_query for v in VIEWS_BY_NAME.values() if not v.in_ingest_pass)}
@@ -97,7 +106,8 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
 @pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
 def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, rows_per_task):
     monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
-    lines = {"orders": [order(f"o{i}", i) for i in range(6)], "payments": [payment("p1", "o1", 2), payment("p2", "o4", 9)]}
+    lines = {"orders": [order(f"o{i}", i) for i in range(6)],
+             "payments": [payment("p1", "o1", 2), payment("p2", "o4", 9)]}
     for topic, rows in lines.items():
         land(topic, "0001", rows)
     raw = landing_source(spark, settings, tuple(lines))
@@ -160,7 +170,8 @@ def test_a_landed_file_with_an_old_mtime_is_still_read(spark, settings, land):
         read = []
         query = (landing_source(spark, settings, ["orders"])["orders"].writeStream
                  .foreachBatch(lambda batch, _: read.extend(Path(row["source"]).name for row in batch.collect()))
-                 .option("checkpointLocation", str(settings.checkpoints_dir / "landed")).trigger(availableNow=True).start())
+                 .option("checkpointLocation", str(settings.checkpoints_dir / "landed"))
+                 .trigger(availableNow=True).start())
         query.awaitTermination()
         return sorted(read)
 
@@ -239,7 +250,8 @@ def test_accounting_on_generated_data(spark, settings):
     ("spark://master:7077", None, 3),  # a cluster: shuffle_partitions
 ])
 def test_stream_shuffle_partitions(spark, settings, master, explicit, partitions):
-    chosen = settings.model_copy(update={"spark_master": master, "stream_shuffle_partitions": explicit, "shuffle_partitions": 3})
+    chosen = settings.model_copy(
+        update={"spark_master": master, "stream_shuffle_partitions": explicit, "shuffle_partitions": 3})
     assert stream_shuffle_partitions(spark, chosen) == partitions
 
 
@@ -253,7 +265,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     command = [str(Path(sys.executable).parent / "lambdalake"), "stream", "--home", str(home), "--available-now"]
     env = {**os.environ, "LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
 
-    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     batches = home / "lakehouse" / "ops" / "ingest_batches"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # kill it in the middle of the run
@@ -272,7 +285,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     # was planned is replayed as planned).
     env["LAMBDALAKE_MAX_FILES_PER_TRIGGER"] = "12"
     for query in ("speed_customers_history", "speed_alerts"):
-        victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
         planned = settings.checkpoints_dir / query / "offsets" / "0"
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not planned.exists() and victim.poll() is None:
@@ -307,11 +321,13 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
         with (generated.truth_dir / f"{view}.csv").open() as handle:
             truth_rows = sorted(tuple(row[c] or None for c in columns) for row in csv.DictReader(handle))
         stored = store.read(f"speed/{view}").where("NOT deleted").collect()
-        assert sorted(tuple(iso(row[c]) if isinstance(row[c], datetime) else row[c] for c in columns) for row in stored) == truth_rows
+        assert sorted(tuple(iso(row[c]) if isinstance(row[c], datetime) else row[c] for c in columns)
+                      for row in stored) == truth_rows
     # Every alert raised once, and told to the notifier once.
     raised = [r["alert_id"] for r in store.read("speed/alerts").collect()]
     assert raised and len(raised) == len(set(raised))
-    announced = [json.loads(r["details"])["alert_id"] for r in store.read(tables.ALERTS).where("source = 'alerts'").collect()]
+    announced = [json.loads(r["details"])["alert_id"]
+                 for r in store.read(tables.ALERTS).where("source = 'alerts'").collect()]
     assert sorted(announced) == sorted(raised)
 
 
@@ -333,12 +349,16 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     heartbeat = read_heartbeat(settings.run_dir)
     assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
     # The stream runs on a session of its own.
-    triggers = {query.name: query._jsq.streamingQuery().trigger().toString() for query in result["session"].streams.active}
+    triggers = {query.name: query._jsq.streamingQuery().trigger().toString()
+                for query in result["session"].streams.active}
     assert not spark.streams.active
     # Each query runs on its own copy of that session, with the settings made for it.
-    copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf() for query in result["session"].streams.active}
-    assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false" and copies["speed_alerts"].get(CACHE_COMPRESSED) == "true"
-    assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true" and copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
+    copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf()
+              for query in result["session"].streams.active}
+    assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false"
+    assert copies["speed_alerts"].get(CACHE_COMPRESSED) == "true"
+    assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
+    assert copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_customers"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert "speed_traffic_by_page_10m" not in triggers  # ingest computes it
@@ -379,7 +399,8 @@ def test_kafka_source_where_the_connector_loads(spark, settings, request):
     if reason:
         print(f"SKIP kafka source: {reason}")
         pytest.skip(f"kafka source: {reason}")
-    settings = settings.model_copy(update={"event_source": "kafka", "kafka_bootstrap_servers": request.getfixturevalue("kafka_broker")})
+    settings = settings.model_copy(
+        update={"event_source": "kafka", "kafka_bootstrap_servers": request.getfixturevalue("kafka_broker")})
     result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60),
                       seed=4, file_minutes=15, progress=False, sink="kafka")
     run_stream(settings, available_now=True)

@@ -37,7 +37,8 @@ def home(tmp_path, monkeypatch):
 
 
 def decisions(settings):
-    return [row["decision"] for row in open_store(settings).select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"]).sort_by("at").to_pylist()]
+    events = open_store(settings).select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"])
+    return [row["decision"] for row in events.sort_by("at").to_pylist()]
 
 
 def wait_for(condition, seconds=120):
@@ -51,7 +52,8 @@ def wait_for(condition, seconds=120):
 
 @pytest.mark.slow
 def test_starts_the_stream_and_restarts_it_after_a_kill(home):
-    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.5, TrafficOptions(orders_per_hour=50), seed=1, progress=False)
+    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.5, TrafficOptions(orders_per_hour=50), seed=1,
+             progress=False)
     assert supervise(home)["decision"] == "start"
     first = int((home.run_dir / PID_FILE).read_text())
     assert wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("state") == "running")
@@ -78,7 +80,8 @@ def test_stalled_stream_is_detected_and_restarted(home):
         "heartbeat_at": now.isoformat(),
         "queries": {"speed_ingest": {"last_progress_at": (now - timedelta(minutes=20)).isoformat()}},
     }))
-    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.25, TrafficOptions(orders_per_hour=20), seed=2, progress=False)
+    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.25, TrafficOptions(orders_per_hour=20), seed=2,
+             progress=False)
     assert diagnose(home).state == "stalled"
     row = supervise(home)
     assert (row["state"], row["decision"]) == ("stalled", "restart")
@@ -118,7 +121,8 @@ def test_restart_cap_turns_into_an_alert(home):
     now = datetime.now(timezone.utc)
     earlier = [{"at": now - timedelta(minutes=5 * i), "state": "dead", "decision": "restart", "reason": "test",
                 "pid": 1, "restarts_last_hour": i} for i in range(1, home.max_restarts_per_hour + 1)]
-    store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist(earlier, schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
+    store.append(tables.SUPERVISOR_EVENTS,
+                 pa.Table.from_pylist(earlier, schema=tables.arrow_schema(tables.SUPERVISOR_EVENTS_SCHEMA)))
     home.run_dir.mkdir(parents=True)
     (home.run_dir / PID_FILE).write_text("999999")  # a process that no longer exists
     row = supervise(home)
@@ -134,7 +138,8 @@ def test_freshness_sla_alert(home):
     old = datetime.now(timezone.utc) - timedelta(hours=2)
     row = {"query": "speed_ingest", "batch_id": 0, "topic": "orders", "bronze_rows": 1, "dlq_rows": 0, "silver_rows": 1,
            "late_rows": 0, "max_event_time": old, "watermark": None, "processed_at": old}
-    store.append(tables.INGEST_BATCHES, pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)))
+    store.append(tables.INGEST_BATCHES,
+                 pa.Table.from_pylist([row], schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)))
     lag = check_freshness(home, datetime.now(timezone.utc))
     assert lag > home.freshness_sla
     (alert,) = store.select_arrow(tables.ALERTS, ["severity", "message"]).to_pylist()
