@@ -21,8 +21,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -142,6 +145,7 @@ class IngestBatch:
         # Max event time per topic through batch ``_through``: the watermarks' state.
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
+        self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
         # Kept across micro-batches: the store keeps its open tables per thread.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
 
@@ -168,6 +172,7 @@ class IngestBatch:
         batch = with_batch_values(batch, values, on="topic")
         late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
         batch = batch.withColumn("is_late", late).persist()
+        started = time.perf_counter()
         try:
             summary = batch.groupBy("topic").agg(
                 F.count(F.when(valid, 1)).alias("silver_rows"),
@@ -175,6 +180,7 @@ class IngestBatch:
                 F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
                 F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
             ).collect()
+            self._timings = {"read, parse, dedup": time.perf_counter() - started}
             counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                       for row in summary}
             if counts:
@@ -208,8 +214,8 @@ class IngestBatch:
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
-        writes = [self._writers.submit(self.store.append, name, rows, txn) for name, rows in appends.items()]
-        writes.append(self._writers.submit(self._write_feeds, batch, tasks, batch_id, feed_topics))
+        writes = {name: partial(self.store.append, name, rows, txn) for name, rows in appends.items()}
+        writes["feeds"] = partial(self._write_feeds, batch, tasks, batch_id, feed_topics)
         delay = self.settings.watermark_delay
         after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
                             default=None) for topic in self.topics}
@@ -218,9 +224,9 @@ class IngestBatch:
             fed={topic for topic, count in counts.items() if count["silver_rows"] > count["late_rows"]},
             events=lambda topic: on_time_events(batch, topic), collect=lambda topics: collect_on_time(batch, topics),
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
-        writes += [self._writers.submit(write) for write in self.view_pass.writes(micro_batch)]
-        for write in writes:
-            write.result()
+        writes |= self.view_pass.writes(micro_batch)
+        for done in [self._writers.submit(self._timed, name, write) for name, write in writes.items()]:
+            done.result()
         now = datetime.now(timezone.utc)
         accounting = [
             {"query": QUERY, "batch_id": batch_id, "topic": topic, "watermark": watermarks.get(topic),
@@ -229,12 +235,20 @@ class IngestBatch:
             for topic, count in sorted(counts.items())
         ]
         # Last: a batch's accounting row means all of its writes are committed.
-        self.store.append(
-            tables.INGEST_BATCHES,
-            pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)),
-            txn,
-        )
-        log.info("ingest batch %d: %s", batch_id, {t: c["silver_rows"] + c["dlq_rows"] for t, c in counts.items()})
+        self._timed("accounting", partial(
+            self.store.append, tables.INGEST_BATCHES,
+            pa.Table.from_pylist(accounting, schema=tables.arrow_schema(tables.INGEST_BATCHES_SCHEMA)), txn))
+        log.info("ingest batch %d: %s rows; seconds: %s", batch_id,
+                 {t: c["silver_rows"] + c["dlq_rows"] for t, c in counts.items()},
+                 ", ".join(f"{name} {seconds:.2f}" for name, seconds in self._timings.items()))
+
+    def _timed(self, name: str, write: Callable[[], object]) -> None:
+        """Run one write, keeping its wall time for the micro-batch's log line (where time goes)."""
+        started = time.perf_counter()
+        try:
+            write()
+        finally:
+            self._timings[name] = time.perf_counter() - started
 
     @staticmethod
     def _silver_rows(batch: DataFrame, topic: str) -> DataFrame:

@@ -109,18 +109,19 @@ class ViewPass:
         """The topics the incremental views read on the driver."""
         return list(dict.fromkeys(topic for view in self.computed if view.speed.incremental for topic in view.inputs))
 
-    def writes(self, batch: MicroBatch) -> list[Callable[[], None]]:
-        """A function per view the micro-batch feeds (a view reading none of its topics is left out)."""
-        writes = []
+    def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
+        """A function per view the micro-batch feeds, by speed table (a view reading none of its
+        topics is left out)."""
+        writes = {}
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
             if view.speed.incremental:
                 step = Step(self.settings, self.store, batch, self.collected_topics)
-                writes.append(lambda view=view, step=step: self._keep(view, step))
+                writes[view.speed_table] = lambda view=view, step=step: self._keep(view, step)
             else:
                 inputs = {topic: batch.events(topic) for topic in view.inputs}
-                writes.append(lambda view=view, inputs=inputs: self._add_partials(view, inputs, batch.txn))
+                writes[view.speed_table] = lambda view=view, inputs=inputs: self._add_partials(view, inputs, batch.txn)
         return writes
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
