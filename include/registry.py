@@ -117,8 +117,10 @@ class PassStep(Protocol):
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         """The topic's watermark when the micro-batch arrived (``after``: with its events counted)."""
 
-    def stored(self, table: str, fields: str, where: str) -> pa.Table:
-        """``fields`` (``"name type, …"``) of a table's rows matching SQL ``where`` (empty if no table)."""
+    def stored(self, table: str, fields: str, where: str, column: str | None = None,
+               values: Sequence[str] = ()) -> pa.Table:
+        """``fields`` (``"name type, …"``) of a table's rows matching SQL ``where`` (empty if no
+        table) and, with ``column``, whose ``column`` is one of ``values``."""
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         """Arrow rows as a Spark DataFrame of ``fields``."""

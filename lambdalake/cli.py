@@ -7,6 +7,7 @@ error on bad input; commands that print data take ``--format``.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import sys
 from collections.abc import Sequence
@@ -356,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    faulthandler.enable()  # a crash in native code (the JVM bridge, Arrow, delta-rs) leaves its Python stacks
     parser = build_parser()
     args = parser.parse_args(argv)
     overrides = {

@@ -15,7 +15,7 @@ computes the same rows and merges nothing twice.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -65,11 +65,20 @@ class Step:
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         return (self.batch.watermarks_after if after else self.batch.watermarks).get(topic)
 
-    def stored(self, table: str, fields: str, where: str) -> pa.Table:
-        names = column_names(fields)
-        if not self.store.exists(table):
-            return ddl.arrow_schema(fields).empty_table()
-        return self.store.select_arrow(table, names, where).cast(ddl.arrow_schema(fields))
+    def stored(self, table: str, fields: str, where: str, column: str | None = None,
+               values: Sequence[str] = ()) -> pa.Table:
+        schema = ddl.arrow_schema(fields)
+        if not self.store.exists(table) or (column and not values):
+            return schema.empty_table()
+        if column is None:
+            return self.store.select_arrow(table, column_names(fields), where).cast(schema)
+        # delta-rs turns an IN list into a chain of file-skipping terms that it walks recursively:
+        # tens of thousands of values overflow a thread's stack (a segfault), so ask in slices.
+        values = list(values)
+        slices = [values[start:start + IN_LIST_SLICE] for start in range(0, len(values), IN_LIST_SLICE)]
+        return pa.concat_tables([
+            self.store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({sql_strings(part)})")
+            .cast(schema) for part in slices])
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
@@ -85,6 +94,8 @@ class Step:
                               self.batch.txn)
 
 
+# Values per IN list in a read of stored rows (see Step.stored).
+IN_LIST_SLICE = 1000
 # Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
 FORGET_EVERY = 100
 
@@ -156,6 +167,10 @@ class ViewPass:
             return
         rows = view.speed.incremental(step).select(*column_names(view.fields))
         merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
+
+
+def sql_strings(values: Sequence[str]) -> str:
+    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
 
 
 def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame, txn: Txn) -> None:

@@ -167,12 +167,12 @@ def order_payments_step(step: PassStep) -> DataFrame:
         first, last = pc.min_max(payments["event_time"]).values()
         known = step.stored(
             table, "order_id string, user_id string, category string, amount double, order_time timestamp",
-            f"order_id IN ({sql_strings(paid_ids)}) AND order_time >= {sql_time(first.as_py() - window)} "
-            f"AND order_time <= {sql_time(last.as_py())}")
+            f"order_time >= {sql_time(first.as_py() - window)} AND order_time <= {sql_time(last.as_py())}",
+            "order_id", paid_ids)
         orders = pa.concat_tables([orders, known.rename_columns(column_names(ORDER_FIELDS)).cast(orders.schema)])
     order_ids = pc.unique(orders["order_id"]).to_pylist()
     if order_ids:  # payments that came before their order
-        waiting = step.stored(WAITING_PAYMENTS, PAYMENT_FIELDS, f"order_id IN ({sql_strings(order_ids)})")
+        waiting = step.stored(WAITING_PAYMENTS, PAYMENT_FIELDS, "true", "order_id", order_ids)
         step.keep(WAITING_PAYMENTS, payments.filter(pc.invert(pc.is_in(payments["order_id"], pa.array(order_ids)))),
                   PAYMENT_FIELDS)
         payments = pa.concat_tables([payments, waiting.cast(payments.schema)])
@@ -193,10 +193,6 @@ def order_payments_step(step: PassStep) -> DataFrame:
     closing = step.stored(table, order_payments.fields,
                           f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
     return rows.unionByName(step.frame(closing, order_payments.fields).withColumn("status", F.lit("unpaid")))
-
-
-def sql_strings(values: list[str]) -> str:
-    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
 
 
 def sql_time(instant: datetime) -> str:
