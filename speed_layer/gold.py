@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
-from include.registry import ViewContext, ViewSpec, best_per_key, replaces_sql
+from include.registry import ViewContext, ViewSpec
 from include.schemas import TOPICS
 from include.views import VIEWS_BY_NAME, speed_trigger_intervals, speed_views
 from speed_layer.ingest import feed_schema, record_column
+from speed_layer.view_pass import merge_speed_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,20 +59,7 @@ class MergeBatch:
         self.store, self.view, self.settings, self.query = store, view, settings, view.speed_query
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        view, txn = self.view, Txn(self.query, batch_id)
-        if view.speed.precedence is not None:
-            batch = best_per_key(batch, view.keys, view.speed.precedence)
-        update_when = replaces_sql(view.speed.precedence) if view.speed.precedence else None
-        if view.speed.announce is None or self.store.is_committed(view.speed_table, txn):
-            self.store.merge(view.speed_table, batch, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
-            return
-        rows = batch.toArrow()  # a handful of rows (alerts); computed once for both uses
-        stored = self.store.select_arrow(view.speed_table, list(view.keys))
-        known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
-        new = [row for row in rows.to_pylist() if tuple(row[key] for key in view.keys) not in known]
-        if new:
-            view.speed.announce(self.settings, new, Txn(f"{self.query}_announce", batch_id))
-        self.store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
+        merge_speed_rows(self.store, self.view, self.settings, batch, Txn(self.query, batch_id))
 
 
 class CombineBatch:

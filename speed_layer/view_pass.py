@@ -31,6 +31,11 @@ from include.registry import ViewContext, ViewSpec, best_per_key, column_names, 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+# Values per IN list in a read of stored rows (see Step.stored).
+IN_LIST_SLICE = 1000
+# Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
+FORGET_EVERY = 100
+
 
 @dataclass
 class MicroBatch:
@@ -94,12 +99,6 @@ class Step:
                               self.batch.txn)
 
 
-# Values per IN list in a read of stored rows (see Step.stored).
-IN_LIST_SLICE = 1000
-# Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
-FORGET_EVERY = 100
-
-
 class ViewPass:
     """The speed rows of ``views`` from one micro-batch: :meth:`writes` gives one function per
     view, for ingest to run beside its own writes."""
@@ -109,11 +108,6 @@ class ViewPass:
         self.computed = [view for view in views if view.in_ingest_pass]
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
-
-    @property
-    def topics(self) -> tuple[str, ...]:
-        """The topics whose on-time events the pass reads."""
-        return tuple(dict.fromkeys(topic for view in self.computed for topic in view.inputs))
 
     @property
     def collected_topics(self) -> list[str]:
@@ -147,15 +141,17 @@ class ViewPass:
         if rows.num_rows == 0:
             return
         stored = store.select_arrow(view.speed_table, columns, self._touched(view, rows))
+        stored = stored.cast(rows.schema).join(rows.select(list(view.keys)), list(view.keys), join_type="left semi")
         if stored.num_rows:  # merge with the stored partials of the same keys (a small local job)
-            both = pa.concat_tables([rows, stored.cast(rows.schema)])
+            both = pa.concat_tables([rows, stored.select(rows.column_names).cast(rows.schema)])
             rows = merged_partials(view, partial.sparkSession.createDataFrame(both, schema=view.speed_schema)).toArrow()
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
     @staticmethod
     def _touched(view: ViewSpec, rows: pa.Table) -> str:
         """SQL selecting the stored rows that may share a key with ``rows``: within their days
-        and range of key time (the table's file statistics skip the rest)."""
+        and range of key time (the table's file statistics skip the rest; the caller keeps those
+        that do)."""
         days = ", ".join(f"'{day}'" for day in pc.unique(rows.column("date")).to_pylist())
         extremes = pc.min_max(rows.column(view.key_time))
         low, high = (extremes[end].as_py().strftime("%Y-%m-%dT%H:%M:%S.%fZ") for end in ("min", "max"))
@@ -188,7 +184,9 @@ def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, 
     known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
     new = [row for row in arrow.to_pylist() if tuple(row[key] for key in view.keys) not in known]
     if new:
-        view.speed.announce(settings, new, Txn(f"{txn.app_id}_{view.name}_announce", txn.version))
+        # Its own id per view (the id a view's own query has always used).
+        app = f"{txn.app_id}_announce" if txn.app_id == view.speed_query else f"{txn.app_id}_{view.name}_announce"
+        view.speed.announce(settings, new, Txn(app, txn.version))
     store.merge(view.speed_table, arrow, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
 
 
