@@ -70,18 +70,22 @@ def feed_schema() -> StructType:
     return StructType([*fields, *times])
 
 
-def on_time_events(batch: DataFrame, topic: str) -> DataFrame:
-    """A topic's on-time events of a flagged micro-batch: its typed fields, event and arrival time
-    (the shape the speed side of a view reads)."""
+def view_events(batch: DataFrame, topic: str) -> DataFrame:
+    """What the views read of a topic in a flagged micro-batch: its on-time events (all of them
+    for a topic a dimension reads), as typed fields, event and arrival time."""
     extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
-    return batch.where((F.col("topic") == topic) & ~F.col("rejected") & ~F.col("is_late")).select(
+    return batch.where((F.col("topic") == topic) & ~F.col("rejected") & _wanted()).select(
         f"{record_column(topic)}.*", *extra, "arrived_at")
 
 
-def collect_on_time(batch: DataFrame, topics: list[str]) -> dict[str, pa.Table]:
-    """:func:`on_time_events` of several topics on the driver, in one Spark job."""
+def _wanted():  # noqa: ANN202 - Column
+    return ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
+
+
+def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Table]:
+    """:func:`view_events` of several topics on the driver, in one Spark job."""
     columns = [record_column(topic) for topic in topics]
-    rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & ~F.col("is_late")).select(
+    rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted()).select(
         "topic", *columns, "event_time", "arrived_at").toArrow()
     collected = {}
     for topic in topics:
@@ -221,8 +225,9 @@ class IngestBatch:
                             default=None) for topic in self.topics}
         micro_batch = MicroBatch(
             spark=batch.sparkSession, txn=txn,
-            fed={topic for topic, count in counts.items() if count["silver_rows"] > count["late_rows"]},
-            events=lambda topic: on_time_events(batch, topic), collect=lambda topics: collect_on_time(batch, topics),
+            fed={topic for topic, count in counts.items()
+                 if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
+            events=lambda topic: view_events(batch, topic), collect=lambda topics: collect_view_events(batch, topics),
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
         writes |= self.view_pass.writes(micro_batch)
         for done in [self._writers.submit(self._timed, name, write) for name, write in writes.items()]:
@@ -286,8 +291,7 @@ class IngestBatch:
             return
         staging = self.settings.feeds_dir / "_staging" / f"{batch_id:012d}"
         shutil.rmtree(staging, ignore_errors=True)
-        wanted = ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
-        on_time = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & wanted)
+        on_time = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted())
         columns = [field.name for field in feed_schema().fields]
         rows = on_time.select("topic", *columns)
         (rows if tasks == 1 else rows.repartition("topic")).write.partitionBy("topic").parquet(str(staging))

@@ -72,18 +72,7 @@ class Step:
 
     def stored(self, table: str, fields: str, where: str, column: str | None = None,
                values: Sequence[str] = ()) -> pa.Table:
-        schema = ddl.arrow_schema(fields)
-        if not self.store.exists(table) or (column and not values):
-            return schema.empty_table()
-        if column is None:
-            return self.store.select_arrow(table, column_names(fields), where).cast(schema)
-        # delta-rs turns an IN list into a chain of file-skipping terms that it walks recursively:
-        # tens of thousands of values overflow a thread's stack (a segfault), so ask in slices.
-        values = list(values)
-        slices = [values[start:start + IN_LIST_SLICE] for start in range(0, len(values), IN_LIST_SLICE)]
-        return pa.concat_tables([
-            self.store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({sql_strings(part)})")
-            .cast(schema) for part in slices])
+        return read_stored(self.store, table, fields, where, column, values)
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
@@ -140,8 +129,13 @@ class ViewPass:
         rows = partial.toArrow()
         if rows.num_rows == 0:
             return
-        stored = store.select_arrow(view.speed_table, columns, self._touched(view, rows))
-        stored = stored.cast(rows.schema).join(rows.select(list(view.keys)), list(view.keys), join_type="left semi")
+        if view.kind == "dimension":  # a key's stored row may be of any day: read by key
+            (key,) = view.keys
+            keys = pc.unique(rows[key]).to_pylist()
+            stored = read_stored(store, view.speed_table, view.speed_fields, "true", key, keys)
+        else:
+            stored = store.select_arrow(view.speed_table, columns, self._touched(view, rows))
+        stored = with_keys_of(stored.cast(rows.schema), rows, list(view.keys))
         if stored.num_rows:  # merge with the stored partials of the same keys (a small local job)
             both = pa.concat_tables([rows, stored.select(rows.column_names).cast(rows.schema)])
             rows = merged_partials(view, partial.sparkSession.createDataFrame(both, schema=view.speed_schema)).toArrow()
@@ -163,6 +157,31 @@ class ViewPass:
             return
         rows = view.speed.incremental(step).select(*column_names(view.fields))
         merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
+
+
+def read_stored(store: LakehouseStore, table: str, fields: str, where: str, column: str | None = None,
+                values: Sequence[str] = ()) -> pa.Table:
+    """:meth:`include.registry.PassStep.stored`."""
+    schema = ddl.arrow_schema(fields)
+    if not store.exists(table) or (column and not values):
+        return schema.empty_table()
+    if column is None:
+        return store.select_arrow(table, column_names(fields), where).cast(schema)
+    # delta-rs turns an IN list into a chain of file-skipping terms that it walks recursively:
+    # tens of thousands of values overflow a thread's stack (a segfault), so ask in slices.
+    values = list(values)
+    slices = [values[start:start + IN_LIST_SLICE] for start in range(0, len(values), IN_LIST_SLICE)]
+    return pa.concat_tables([
+        store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({sql_strings(part)})").cast(schema)
+        for part in slices])
+
+
+def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
+    """The stored rows whose ``keys`` some of ``rows`` have (joined on the keys and a row number:
+    Arrow joins carry no struct or binary columns)."""
+    numbered = stored.select(keys).append_column("_row", pa.array(range(stored.num_rows), pa.int64()))
+    kept = numbered.join(rows.select(keys), keys, join_type="left semi").column("_row")
+    return stored.take(kept)
 
 
 def sql_strings(values: Sequence[str]) -> str:

@@ -66,9 +66,10 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
 
     dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
     in_pass = [name for name, view in VIEWS_BY_NAME.items() if view.in_ingest_pass]
-    assert sorted(in_pass) == ["device_health_5m", "order_payments", "revenue_by_category_5m", "traffic_by_page_10m"]
+    assert sorted(in_pass) == ["customers", "device_health_5m", "order_payments", "revenue_by_category_5m",
+                               "traffic_by_page_10m"]
     assert sorted([*dimensions, *facts]) == sorted(f"speed_{name}" for name in VIEWS_BY_NAME if name not in in_pass)
-    assert list(dimensions) == ["speed_customers", "speed_customers_history"]
+    assert list(dimensions) == ["speed_customers_history"]
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
     assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_alerts": ANY}]
     queries = chosen.model_copy(update={"one_pass": False})  # the views of the pass as queries of their own
@@ -360,16 +361,17 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
     assert copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
     assert triggers["speed_user_sessions"] == "ProcessingTimeTrigger(3600000)"
-    assert triggers["speed_customers"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
+    assert triggers["speed_customers_history"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert "speed_traffic_by_page_10m" not in triggers  # ingest computes it
     assert triggers["speed_ingest"] == triggers["speed_alerts"] == "ProcessingTimeTrigger(1000)"
     assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
     shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
-    assert {row["view"]: row["speed_refresh_seconds"] for row in shown if row["view"] in ("user_sessions", "alerts",
-            "customers", "traffic_by_page_10m")} == {"user_sessions": 3600, "alerts": 1, "customers": 30,
-                                                     "traffic_by_page_10m": 1}
+    refresh = {row["view"]: row["speed_refresh_seconds"] for row in shown}
+    shown_views = ("user_sessions", "alerts", "customers_history", "traffic_by_page_10m")
+    assert {view: refresh[view] for view in shown_views} == {
+        "user_sessions": 3600, "alerts": 1, "customers_history": 30, "traffic_by_page_10m": 1}
     summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
-    assert "  1 h  " in summary["user_sessions"] and "  30 s  " in summary["customers"]
+    assert "  1 h  " in summary["user_sessions"] and "  30 s  " in summary["customers_history"]
     assert "  1 s  " in summary["alerts"] and "refresh" in summary["view"]
     stop.set()
     runner.join(timeout=300)
