@@ -209,8 +209,8 @@ class Service:
     def check(self) -> None:
         """Fail when the process ended: it must run until stopped."""
         if self.process and self.process.poll() is not None:
-            raise SystemExit(f"lambdalake {self.name} exited with {self.process.returncode}; the end of {self.log}:\n"
-                             f"{self.tail()}")
+            raise ServiceDied(f"lambdalake {self.name} exited with {self.process.returncode}; the end of {self.log}:\n"
+                              f"{self.tail()}")
 
     def kill(self) -> None:
         os.killpg(self.process.pid, signal.SIGKILL)
@@ -241,6 +241,10 @@ class Service:
                   f"the end of {self.log}:\n{self.tail()}",
                   file=sys.stderr)
         self.process = None
+
+
+class ServiceDied(SystemExit):
+    """A service the run needs ended by itself (a crash): the run stops there and is reported."""
 
 
 def group_alive(pgid: int) -> bool:
@@ -505,7 +509,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
         sampler.start()
         deadline = lander.started + args.seconds + 180
         next_poll = time.monotonic()
-        interrupted = None
+        interrupted = died = None
         try:
             while time.monotonic() < deadline:
                 time.sleep(max(0.0, next_poll - time.monotonic()))
@@ -542,6 +546,10 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
             interrupted = time.monotonic() - lander.started
             if marks and marks[-1][0] != "end":
                 marks.append(("end", mark(stream, server)))
+        except ServiceDied as death:  # a crash: report it with what was measured so far, go on
+            lander.halt.set()
+            died = (time.monotonic() - lander.started, str(death))
+            print(death, file=sys.stderr)
     finally:
         if sampler:
             sampler.done.set()
@@ -557,7 +565,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
             "intervals": intervals, "seen": seen,
             "renamed": dict(lander.renamed), "started": lander.started, "counts": lander.counts, "marks": marks,
             "outage": outage, "memory": sampler.samples, "state_series": state_series(settings, started_at),
-            "interrupted": interrupted}
+            "interrupted": interrupted, "died": died}
 
 
 def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
@@ -708,6 +716,11 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
     lines.append("- One run per rate, view set and trigger setting, one after another.")
     lines += [f"- {label(run)}: interrupted (Ctrl-C) {run['interrupted']:.0f} s after the landing began; "
               "the figures cover what was measured until then." for run in runs if run["interrupted"] is not None]
+    for run in runs:
+        if run["died"] is not None:
+            seconds, why = run["died"]
+            lines += [f"- {label(run)}: **a service died** {seconds:.0f} s after the landing began; the figures cover "
+                      "what was measured until then. " + why.splitlines()[0], "", "```", *why.splitlines()[1:], "```"]
     lines += ["",
               "Micro-batch intervals (each query's processing-time trigger):", ""]
     for run in runs:
