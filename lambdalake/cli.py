@@ -7,6 +7,7 @@ error on bad input; commands that print data take ``--format``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import logging
 import sys
@@ -357,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    faulthandler.enable()  # a crash in native code (the JVM bridge, Arrow, delta-rs) leaves its Python stacks
+    with contextlib.suppress(ValueError):  # io.UnsupportedOperation: stderr is no file (captured)
+        faulthandler.enable()  # a crash in native code (Arrow, delta-rs) leaves its Python stacks
     parser = build_parser()
     args = parser.parse_args(argv)
     overrides = {
