@@ -105,6 +105,11 @@ class Partials:
     merged: Literal["write", "read"] = "write"
 
 
+def sql_time(instant: datetime) -> str:
+    """A UTC instant as a SQL timestamp both engines and DataFusion read."""
+    return f"CAST('{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}' AS TIMESTAMP)"
+
+
 class PassStep(Protocol):
     """One micro-batch as the ingest pass hands it to a view's ``incremental`` function
     (speed_layer/view_pass.py). Its reads see the tables as the micro-batch found them."""

@@ -26,7 +26,10 @@ import pyarrow.compute as pc
 from include import ddl, tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.registry import ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, struct
+from include.lakehouse.base import sql_literal
+from include.registry import (
+    ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, struct,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -148,9 +151,8 @@ class ViewPass:
         that do)."""
         days = ", ".join(f"'{day}'" for day in pc.unique(rows.column("date")).to_pylist())
         extremes = pc.min_max(rows.column(view.key_time))
-        low, high = (extremes[end].as_py().strftime("%Y-%m-%dT%H:%M:%S.%fZ") for end in ("min", "max"))
-        return (f"date IN ({days}) AND {view.key_time} >= CAST('{low}' AS TIMESTAMP) "
-                f"AND {view.key_time} <= CAST('{high}' AS TIMESTAMP)")
+        low, high = (sql_time(extremes[end].as_py()) for end in ("min", "max"))
+        return f"date IN ({days}) AND {view.key_time} >= {low} AND {view.key_time} <= {high}"
 
     def _keep(self, view: ViewSpec, step: Step) -> None:
         if self.store.is_committed(view.speed_table, step.batch.txn):
@@ -171,9 +173,11 @@ def read_stored(store: LakehouseStore, table: str, fields: str, where: str, colu
     # tens of thousands of values overflow a thread's stack (a segfault), so ask in slices.
     values = list(values)
     slices = [values[start:start + IN_LIST_SLICE] for start in range(0, len(values), IN_LIST_SLICE)]
-    return pa.concat_tables([
-        store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({sql_strings(part)})").cast(schema)
-        for part in slices])
+    def rows_of(part: list) -> pa.Table:
+        listed = ", ".join(map(sql_literal, part))
+        return store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({listed})").cast(schema)
+
+    return pa.concat_tables([rows_of(part) for part in slices])
 
 
 def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
@@ -182,10 +186,6 @@ def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
     numbered = stored.select(keys).append_column("_row", pa.array(range(stored.num_rows), pa.int64()))
     kept = numbered.join(rows.select(keys), keys, join_type="left semi").column("_row")
     return stored.take(kept)
-
-
-def sql_strings(values: Sequence[str]) -> str:
-    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
 
 
 def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame, txn: Txn) -> None:

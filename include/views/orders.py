@@ -4,12 +4,11 @@ payment in the join window."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from include.config import spark_interval
 from include.registry import (
-    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, column_names, view,
+    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, column_names, sql_time, view,
 )
 from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
 
@@ -193,7 +192,3 @@ def order_payments_step(step: PassStep) -> DataFrame:
     closing = step.stored(table, order_payments.fields,
                           f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
     return rows.unionByName(step.frame(closing, order_payments.fields).withColumn("status", F.lit("unpaid")))
-
-
-def sql_time(instant: datetime) -> str:
-    return f"CAST('{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}' AS TIMESTAMP)"
