@@ -477,6 +477,8 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     settings = load_settings(home=home)
     print(f"home {home} (logs in {settings.run_dir})", file=sys.stderr)
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
+    if design == "floor":
+        return measure_floor(args, rate, home, settings, env)
     stream = Service("stream", [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views]),
                      {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
                       "LAMBDALAKE_VIEW_TRIGGERS": triggers,
@@ -566,6 +568,61 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
             "renamed": dict(lander.renamed), "started": lander.started, "counts": lander.counts, "marks": marks,
             "outage": outage, "memory": sampler.samples, "state_series": state_series(settings, started_at),
             "interrupted": interrupted, "died": died}
+
+
+def measure_floor(args: argparse.Namespace, rate: int, home: Path, settings, env: dict[str, str]) -> dict:
+    """Spark's floor on the same landing: one Structured Streaming query (``spark_floor.py
+    --continuous``: landed lines as text to Parquet, the platform's Spark settings, the same
+    trigger) and a file's rename to its rows being committed to the Parquet output."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from spark_floor import committed_files
+
+    out = home / "floor"
+    floor = Service("floor", [sys.executable, str(ROOT / "benchmarks" / "spark_floor.py"), "--continuous",
+                              str(args.trigger_interval), str(settings.landing_dir), str(out), "0"], env,
+                    settings.run_dir)
+    lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
+    seen: dict[str, dict[int, float]] = {"floor": {}}
+    marks: list[tuple[str, Mark]] = []
+    sampler = None
+    for topic in lander.counts:  # the stream creates its landing folders; the floor's source needs them
+        (settings.landing_dir / topic).mkdir(parents=True, exist_ok=True)
+    floor.start()
+    try:
+        deadline = time.monotonic() + 300
+        while "running" not in floor.tail():
+            floor.check()
+            if time.monotonic() > deadline:
+                raise SystemExit(f"spark_floor.py did not start within 300 s; see {floor.log}")
+            time.sleep(0.2)
+        lander.start()
+        sampler = MemorySampler(floor, lander.started)
+        sampler.start()
+        deadline, next_poll = lander.started + args.seconds + 180, time.monotonic()
+        while time.monotonic() < deadline and len(seen["floor"]) < args.seconds:
+            time.sleep(max(0.0, next_poll - time.monotonic()))
+            next_poll = max(next_poll, time.monotonic()) + POLL_SECONDS
+            floor.check()
+            now = time.monotonic()
+            if not marks and now >= lander.started + args.warmup:
+                marks.append(("steady", mark(floor, None)))
+            if not lander.is_alive() and marks and marks[-1][0] != "end":
+                marks.append(("end", mark(floor, None)))
+            committed = committed_files(out)
+            for number in lander.renamed:  # a file number counts once every topic's file of it is committed
+                if number not in seen["floor"] and all(
+                        str(settings.landing_dir / topic / f"{number:06d}.jsonl") in committed
+                        for topic in lander.counts):
+                    seen["floor"][number] = now
+    finally:
+        if sampler:
+            sampler.done.set()
+            sampler.join()
+        floor.stop(STOP_SECONDS)
+    return {"rate": rate, "views": "all", "triggers": "", "bronze": "", "design": "floor",
+            "intervals": {"spark_floor": args.trigger_interval}, "seen": seen, "renamed": dict(lander.renamed),
+            "started": lander.started, "counts": lander.counts, "marks": marks, "outage": {},
+            "memory": sampler.samples if sampler else [], "state_series": {}, "interrupted": None, "died": None}
 
 
 def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
@@ -747,6 +804,19 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                              f"{sum(late[-tenth:]) / tenth:.1f} | {missing} |")
             else:
                 lines.append(f"| {label(run)} | `{view}` | 0 | - | - | - | - | - | {missing} |")
+    floors = {run["rate"]: run for run in runs if run["design"] == "floor"}
+    if floors:
+        lines += ["", "Against Spark's floor at the same rate (`floor`: one query, landed text to Parquet with the "
+                  "same trigger; a file counts once every topic's file of its second is committed): the view's p50 "
+                  "and p95 over the floor's.", "", "| speed views | view | p50 / floor p50 | p95 / floor p95 |",
+                  "|---|---|---:|---:|"]
+        for run in (run for run in runs if run["design"] != "floor" and run["rate"] in floors):
+            floor = delays(floors[run["rate"]], "floor", steady_files(floors[run["rate"]], "floor", args.warmup))
+            for view in run["seen"]:
+                late = delays(run, view, steady_files(run, view, args.warmup))
+                if late and floor:
+                    lines.append(f"| {label(run)} | `{view}` | {percentile(late, 0.5) / percentile(floor, 0.5):.1f}x "
+                                 f"| {percentile(late, 0.95) / percentile(floor, 0.95):.1f}x |")
     lines += ["", "CPU in cores (CPU seconds / wall seconds, utime + stime from `/proc`) per phase of the landing "
               "after the warm-up: stream = `lambdalake stream` and its descendants (JVM, Python workers); "
               "server = `lambdalake serve` and its descendants; client = this process (lander, polls, memory sampling"
@@ -827,6 +897,8 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
 
 
 def label(run: dict) -> str:
+    if run["design"] == "floor":
+        return f"{run['rate']:,} events/s, Spark's floor"
     views = run["views"]
     named = f"{run['rate']:,} events/s, " + (
         "all" if views == "all" else ", ".join(f"`{name}`" for name in views.split(",")))
@@ -852,8 +924,10 @@ def main() -> None:
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
                              "one run per setting too")
-    parser.add_argument("--designs", nargs="+", choices=("one-pass", "per-view-queries"), default=["one-pass"],
-                        help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false): one run per design too")
+    parser.add_argument("--designs", nargs="+", choices=("one-pass", "per-view-queries", "floor"),
+                        default=["one-pass"],
+                        help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false), or `floor`: Spark's floor "
+                             "(spark_floor.py --continuous, landed text to Parquet): one run per design too")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
                         help="http: `lambdalake serve` asked over HTTP (default); "
                              "in-process: a serving engine in this process")
