@@ -80,7 +80,8 @@ SESSION_STATE = (
     "sessions array<struct<start: long, end: long, events: long, pages: array<string>, converted: boolean>>, "
     "timer_ms long"
 )
-SESSION_OUTPUT = "user_id string, start_us long, end_us long, events long, pages long, converted boolean"
+SESSION_OUTPUT = ("user_id string, start_us long, end_us long, events long, pages long, converted boolean, "
+                  "page_urls array<string>")
 
 
 class OpenSessions(StatefulProcessor):
@@ -113,11 +114,12 @@ class OpenSessions(StatefulProcessor):
         starts = {session.start for session in after}
         for gone in before:
             if gone.start not in starts:
-                yield Row(user_id=user_id, start_us=gone.start, end_us=gone.start, events=0, pages=0, converted=False)
+                yield Row(user_id=user_id, start_us=gone.start, end_us=gone.start, events=0, pages=0, converted=False,
+                          page_urls=[])
         for session in after:
             if session not in unchanged:
                 yield Row(user_id=user_id, start_us=session.start, end_us=session.end, events=session.events,
-                          pages=len(session.pages), converted=session.converted)
+                          pages=len(session.pages), converted=session.converted, page_urls=sorted(session.pages))
         self._keep(after, timerValues.getCurrentWatermarkInMs(), timer_ms)
 
     def handleExpiredTimer(

@@ -96,9 +96,6 @@ class Partials:
     # column -> SQL aggregate over a key's partial rows (Spark SQL; for ``merged="read"`` also
     # serving's DuckDB). Columns not listed belong to the key (e.g. ``window_end``, ``date``).
     merge: Mapping[str, str]
-    # Stored with the speed rows only, for the merge (``"name type, …"``: a distinct-count sketch,
-    # exact sums behind a mean); the definition gives them when ``context.exact`` is False.
-    state: str = ""
     # "write": the partials are merged into the stored row when written (one row per key; state
     # that stays small per key). "read": they are appended, and readers merge a key's rows (state
     # that grows with the window, e.g. the list of the orders counted).
@@ -161,6 +158,10 @@ class Speed:
     # A view whose state is more than a monoid, kept by the ingest pass all the same: given one
     # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``).
     incremental: Callable[[PassStep], DataFrame] | None = None
+    # Columns only the speed table keeps, not served (``"name type, …"``): what partial rows merge
+    # (a distinct-count sketch, exact sums behind a mean), which the definition gives when
+    # ``context.exact`` is False, or what an ``incremental`` step reads back (a session's pages).
+    state: str = ""
     # How often the continuous stream updates the view, when less often than its trigger interval
     # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
     # so a view that need not be fresh to the second leaves them to those that must.
@@ -223,9 +224,9 @@ class ViewSpec:
     @property
     def in_ingest_pass(self) -> bool:
         """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py;
-        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up and it looks up no dimension (whose
-        table the dimension's own query keeps), or it says how the pass keeps it (``incremental``)."""
-        return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
+        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up, or it says how the pass keeps it
+        (``incremental``)."""
+        return self.speed.partials is not None or self.speed.incremental is not None
 
     @property
     def merge_on(self) -> tuple[str, ...]:
@@ -248,8 +249,7 @@ class ViewSpec:
     @property
     def speed_fields(self) -> str:
         """The speed table's columns: the view's, then the state its partials merge."""
-        state = self.speed.partials.state if self.speed.partials else ""
-        return f"{self.fields}, {state}" if state else self.fields
+        return f"{self.fields}, {self.speed.state}" if self.speed.state else self.fields
 
     @property
     def speed_schema(self) -> StructType:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from include.lakehouse.base import sql_literal
 from include.registry import (
     ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, struct,
 )
+from include.views import VIEWS_BY_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,7 +99,9 @@ class ViewPass:
 
     def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec]) -> None:
         self.settings, self.store = settings, store
-        self.computed = [view for view in views if view.in_ingest_pass]
+        # Dimensions first: a view that looks one up waits for its write (see writes()).
+        self.computed = sorted((view for view in views if view.in_ingest_pass),
+                               key=lambda view: view.kind != "dimension")
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
 
@@ -109,27 +113,34 @@ class ViewPass:
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
         topics is left out)."""
-        writes = {}
+        writes, done = {}, {}
+        step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
             if view.speed.incremental:
-                step = Step(self.settings, self.store, batch, self.collected_topics)
-                writes[view.speed_table] = lambda view=view, step=step: self._keep(view, step)
+                write = partial(self._keep, view, step)
             else:
                 inputs = {topic: batch.events(topic) for topic in view.inputs}
-                writes[view.speed_table] = lambda view=view, inputs=inputs: self._add_partials(view, inputs, batch.txn)
+                write = partial(self._add_partials, view, inputs, batch.txn)
+            # A dimension's table is looked up as this micro-batch leaves it (a replay finds it so too).
+            # The writes are started in this order, so a dimension's starts before any that waits for it.
+            waits = [done[VIEWS_BY_NAME[name].speed_table] for name in view.lookups
+                     if VIEWS_BY_NAME[name].speed_table in done]
+            done[view.speed_table] = threading.Event()
+            writes[view.speed_table] = partial(_in_order, waits, write, done[view.speed_table])
         return writes
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
         store, columns = self.store, column_names(view.speed_fields)
         if store.is_committed(view.speed_table, txn):
             return
-        partial = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns)
+        inputs |= {name: store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}
+        computed = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns)
         if view.speed.partials.merged == "read":
-            store.append(view.speed_table, partial, txn)
+            store.append(view.speed_table, computed, txn)
             return
-        rows = partial.toArrow()
+        rows = computed.toArrow()
         if rows.num_rows == 0:
             return
         if view.kind == "dimension":  # a key's stored row may be of any day: read by key
@@ -141,7 +152,8 @@ class ViewPass:
         stored = with_keys_of(stored.cast(rows.schema), rows, list(view.keys))
         if stored.num_rows:  # merge with the stored partials of the same keys (a small local job)
             both = pa.concat_tables([rows, stored.select(rows.column_names).cast(rows.schema)])
-            rows = merged_partials(view, partial.sparkSession.createDataFrame(both, schema=view.speed_schema)).toArrow()
+            both = computed.sparkSession.createDataFrame(both, schema=view.speed_schema)
+            rows = merged_partials(view, both).toArrow()
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
     @staticmethod
@@ -157,8 +169,18 @@ class ViewPass:
     def _keep(self, view: ViewSpec, step: Step) -> None:
         if self.store.is_committed(view.speed_table, step.batch.txn):
             return
-        rows = view.speed.incremental(step).select(*column_names(view.fields))
+        rows = view.speed.incremental(step).select(*column_names(view.speed_fields))
         merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
+
+
+def _in_order(waits: list[threading.Event], write: Callable[[], None], done: threading.Event) -> None:
+    """Run ``write`` once the writes it waits for are done; then say it is done (failed too)."""
+    try:
+        for event in waits:
+            event.wait()
+        write()
+    finally:
+        done.set()
 
 
 def read_stored(store: LakehouseStore, table: str, fields: str, where: str, column: str | None = None,

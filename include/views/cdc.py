@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from include.registry import Differences, Partials, Speed, ViewContext, ViewSpec, rows_that_differ, view
+from include.registry import Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, rows_that_differ, view
+from include.schemas import CUSTOMERS_CDC_FIELDS
 from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ def customer_changes(cdc: DataFrame) -> DataFrame:
     speed=Speed(mode="update", freshness_time="updated_at", partials=Partials(
         merge={**{name: f"max_by({name}, sequence)" for name in (*CUSTOMER_COLUMNS, "updated_at", "deleted", "date")},
                "sequence": "max(sequence)"},
-        state="sequence struct<ts_ms bigint, arrived_at timestamp>",
-    )),
+    ), state="sequence struct<ts_ms bigint, arrived_at timestamp>"),
 )
 def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """SCD type 1: each customer's last change by sequence; a delete leaves a hidden tombstone,
@@ -87,14 +87,16 @@ def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFram
         rows=rows_that_differ,
         metrics={"differing_customers": "count(DISTINCT customer_id)", "differing_versions": "count(*)"},
     ),
-    speed=Speed(mode="update", freshness_time="valid_from", refresh=DASHBOARD_REFRESH),
+    speed=Speed(mode="update", freshness_time="valid_from", refresh=DASHBOARD_REFRESH,
+                incremental=lambda step: customers_history_step(step)),
 )
 def customers_history(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """SCD type 2: a customer's changes in sequence, each valid until the next (``valid_to``
     null and ``is_current`` for the last). A delete closes the version before it and opens none
     (its row is a hidden tombstone). A change that lands after a newer one takes its place, and
     the neighbours' validity follows, because every change of the customer is re-sequenced: the
-    stream keeps them all per customer (``collect_list``) and emits the customer's versions again."""
+    stream re-runs this on each changed customer's stored versions and new changes
+    (:func:`customers_history_step`) and merges the customer's versions again."""
     from pyspark.sql import functions as F
 
     changes = customer_changes(inputs["customers_cdc"]).groupBy("customer_id").agg(
@@ -114,6 +116,28 @@ def customers_history(inputs: Mapping[str, DataFrame], context: ViewContext) -> 
         (F.col("v.to_ms").isNull() & ~F.col("v.deleted")).alias("is_current"), F.col("v.deleted").alias("deleted"),
         F.to_date(valid_from).alias("date"),
     )
+
+
+def customers_history_step(step: PassStep) -> DataFrame:
+    """``customers_history`` kept by the ingest pass: the definition re-run on every change of the
+    customers a micro-batch changes. Their earlier changes are their stored versions (one per
+    change that counted), turned back into changes that arrived before any new one, so that a new
+    change with a version's ``ts_ms`` takes its place, as the definition's rule says. Versions are
+    only added or updated (a delete is a tombstone version), so merging the rows by key suffices."""
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    changes = step.events("customers_cdc")
+    image_id = [pc.struct_field(changes[side], "customer_id") for side in ("after", "before")]
+    ids = pc.unique(pc.coalesce(*image_id)).to_pylist()
+    stored = step.stored(customers_history.speed_table, customers_history.fields, "true", "customer_id", ids)
+    image = F.struct("customer_id", *CUSTOMER_COLUMNS)
+    earlier = step.frame(stored, customers_history.fields).select(
+        F.when(F.col("deleted"), "d").otherwise("u").alias("op"), F.unix_millis("valid_from").alias("ts_ms"),
+        F.when(F.col("deleted"), image).alias("before"), F.when(~F.col("deleted"), image).alias("after"),
+        F.timestamp_micros(F.lit(0)).alias("arrived_at"))
+    new = step.frame(changes, f"{CUSTOMERS_CDC_FIELDS}, arrived_at timestamp")
+    return customers_history({"customers_cdc": new.unionByName(earlier)}, ViewContext(step.settings, exact=False))
 
 
 def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:

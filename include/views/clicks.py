@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from include import ddl
 from include.config import spark_interval
-from include.registry import Partials, Speed, ViewContext, view
+from include.registry import Partials, PassStep, Speed, ViewContext, sql_time, view
 from include.views.rules import DASHBOARD_REFRESH, distinct_count, merged_distinct_count, sketch_of
 
 if TYPE_CHECKING:
@@ -35,8 +36,7 @@ SESSION_GAP = timedelta(minutes=30)
     speed=Speed(mode="update", freshness_time="window_start", partials=Partials(
         merge={**{name: f"CAST(sum({name}) AS BIGINT)" for name in ("views", "clicks", "add_to_cart")},
                **merged_distinct_count("unique_users")},
-        state=f"{sketch_of('unique_users')} binary",
-    )),
+    ), state=f"{sketch_of('unique_users')} binary"),
 )
 def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Sliding 10-minute windows every 5 minutes on click time (each click counts in two
@@ -70,12 +70,14 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
         "converted": "count_if(converted)",
     },
     drift_metrics=("events",),
-    speed=Speed(mode="update", freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH),
+    speed=Speed(mode="update", freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH,
+                state="page_urls array<string>", incremental=lambda step: user_sessions_step(step)),
 )
 def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Session windows per user with a 30-minute inactivity gap: first and last click, clicks,
     distinct pages, whether an item was added to the cart. The batch uses ``session_window``; the
-    stream :class:`include.processors.OpenSessions`, which shows sessions while they are open."""
+    stream shows sessions while they are open (:func:`user_sessions_step`, or the processor
+    :class:`include.processors.OpenSessions` in a query of its own), with their pages."""
     from pyspark.sql import functions as F
 
     clicks = inputs["clicks"]
@@ -102,4 +104,64 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> Data
         ((F.col("end_us") - F.col("start_us")) / 1e6).alias("duration_seconds"),
         "converted",
         F.to_date(F.timestamp_micros("start_us")).alias("date"),
+        *([] if context.exact else ["page_urls"]),
     )
+
+
+def user_sessions_step(step: PassStep) -> DataFrame:
+    """``user_sessions`` kept by the ingest pass: per user, the micro-batch's clicks merged with the
+    stored sessions they may extend or join (ending at most the gap before its first click,
+    starting at most the gap after its last) by the stream's rule (:func:`merge_sessions`). The
+    rows are the sessions that changed, and a tombstone (``events = 0``) for a stored session that
+    merged into another. The speed table keeps each session's pages for the next merge."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from include.processors import Session, merge_sessions
+
+    gap, fields = SESSION_GAP, user_sessions.speed_fields
+    clicks = step.events("clicks")
+    if clicks.num_rows == 0:
+        return step.frame(ddl.arrow_schema(fields).empty_table(), fields)
+    first, last = pc.min_max(clicks["event_time"]).values()
+    users = pc.unique(clicks["user_id"]).to_pylist()
+    stored = step.stored(user_sessions.speed_table, fields, f"session_end >= {sql_time(first.as_py() - gap)} "
+                         f"AND session_start <= {sql_time(last.as_py() + gap)}", "user_id", users)
+    before: dict[str, list[Session]] = {}
+    for user, start, end, events, pages, converted in zip(*(micros(stored[name]) for name in (
+            "user_id", "session_start", "session_end", "events", "page_urls", "converted"))):
+        before.setdefault(user, []).append(Session(start, end, events, frozenset(pages or ()), converted))
+    sessions = {user: list(kept) for user, kept in before.items()}
+    for user, at, page, action in zip(*(micros(clicks[name]) for name in ("user_id", "event_time", "page_url",
+                                                                            "action"))):
+        sessions.setdefault(user, []).append(Session(at, at, 1, frozenset([page]), action == "add_to_cart"))
+    rows = []
+    for user in users:
+        stored_sessions = set(before.get(user, ()))
+        merged = merge_sessions(sessions[user], int(gap / timedelta(microseconds=1)))
+        starts = {session.start for session in merged}
+        rows += [(user, Session(gone.start, gone.start, 0, frozenset(), False)) for gone in stored_sessions
+                 if gone.start not in starts]
+        rows += [(user, session) for session in merged if session not in stored_sessions]
+    start = pa.array([session.start for _, session in rows], pa.timestamp("us", "UTC"))
+    table = pa.table({
+        "user_id": pa.array([user for user, _ in rows], pa.string()),
+        "session_start": start,
+        "session_end": pa.array([session.end for _, session in rows], pa.timestamp("us", "UTC")),
+        "events": pa.array([session.events for _, session in rows], pa.int64()),
+        "pages": pa.array([len(session.pages) for _, session in rows], pa.int64()),
+        "duration_seconds": pa.array([(session.end - session.start) / 1e6 for _, session in rows], pa.float64()),
+        "converted": pa.array([session.converted for _, session in rows], pa.bool_()),
+        "date": pc.cast(start, pa.date32()),
+        "page_urls": pa.array([sorted(session.pages) for _, session in rows], pa.list_(pa.string())),
+    })
+    return step.frame(table, fields)
+
+
+def micros(column):  # noqa: ANN001, ANN201 - pyarrow
+    """A column's Python values, timestamps as microseconds since the epoch."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.int64())
+    return column.to_pylist()

@@ -50,7 +50,7 @@ def _merged_sums() -> dict[str, str]:
         "max_temperature": "max(max_temperature)",
     },
     drift_metrics=("rows", "readings"),
-    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(merge=_merged_sums(), state=SUMS)),
+    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(merge=_merged_sums()), state=SUMS),
 )
 def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Tumbling 5-minute windows per device: readings, temperature mean/min/max/sample standard

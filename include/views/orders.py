@@ -34,8 +34,7 @@ REVENUE_WINDOW = "5 minutes"
     speed=Speed(mode="update", freshness_time="window_start", partials=Partials(
         merge={"revenue": money_sum_sql("revenue"), "orders": "CAST(sum(orders) AS BIGINT)",
                **merged_distinct_count("unique_buyers")},
-        state=f"{sketch_of('unique_buyers')} binary",
-    )),
+    ), state=f"{sketch_of('unique_buyers')} binary"),
 )
 def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""

@@ -1,6 +1,6 @@
 """The one pass on hand-made micro-batches: partial rows merged across micro-batches give the
 definition's rows of all their events, order_payments follows its orders from pending to paid or
-unpaid, and a replayed micro-batch changes nothing."""
+unpaid, sessions grow and merge, and a replayed micro-batch changes nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from speed_layer.view_pass import MicroBatch, ViewPass
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp, arrived_at timestamp"
 PAYMENTS = ("payment_id string, order_id string, amount double, method string, event_time timestamp, "
             "arrived_at timestamp")
+CLICKS = "user_id string, page_url string, action string, event_time timestamp, arrived_at timestamp"
 
 
 def t(hour, minute, second=0):
@@ -36,12 +37,11 @@ def run_pass(spark, settings):
     payments' watermark before and after it."""
     store = open_store(settings, spark)
 
-    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None):
-        frames = {"orders": spark.createDataFrame(list(orders), ORDERS),
-                  "payments": spark.createDataFrame(list(payments), PAYMENTS)}
+    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=()):
+        given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS)}
+        frames = {topic: spark.createDataFrame(list(rows), schema) for topic, (rows, schema) in given.items()}
         batch = MicroBatch(
-            spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, rows in
-                                                                 (("orders", orders), ("payments", payments)) if rows},
+            spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, (rows, _) in given.items() if rows},
             events=frames.__getitem__, collect=lambda topics: {topic: frames[topic].toArrow() for topic in topics},
             watermarks={"payments": watermark}, watermarks_after={"payments": after})
         for write in ViewPass(settings, store, [VIEWS_BY_NAME[name] for name in views]).writes(batch).values():
@@ -104,3 +104,33 @@ def test_stored_rows_are_read_by_id_in_slices(spark, settings, run_pass, monkeyp
 def test_no_events_of_a_view_s_topics_no_work(spark, settings, run_pass):
     store = run_pass(["revenue_by_category_5m"], 0, payments=[payment("p1", "o1", 0)])
     assert store.read(VIEWS_BY_NAME["revenue_by_category_5m"].speed_table).count() == 0
+
+
+def test_sessions_grow_merge_and_leave_a_tombstone(spark, settings, run_pass):
+    """Open sessions are visible; a click that bridges two sessions leaves one row (the later
+    session's row is deleted); a replay changes nothing; the pages are kept for the next merge."""
+    view = VIEWS_BY_NAME["user_sessions"]
+
+    def click(user, page, minute, action="view"):
+        return (user, page, action, t(10, minute), t(10, minute))
+
+    def sessions():
+        return sorted((r["user_id"], r["session_start"].minute, r["session_end"].minute, r["events"], r["pages"],
+                       r["converted"]) for r in store.read(view.speed_table).collect())
+
+    store = run_pass([view.name], 0, clicks=[click("u1", "/a", 0), click("u1", "/b", 10), click("u1", "/a", 41),
+                                             click("u2", "/a", 5)])
+    assert sessions() == [("u1", 0, 10, 2, 2, False), ("u1", 41, 41, 1, 1, False), ("u2", 5, 5, 1, 1, False)]
+    store = run_pass([view.name], 1, clicks=[click("u1", "/c", 35, "add_to_cart")])  # 10:35 bridges both
+    assert sessions() == [("u1", 0, 41, 4, 3, True), ("u2", 5, 5, 1, 1, False)]
+    version = store.version(view.speed_table)
+    run_pass([view.name], 1, clicks=[click("u1", "/c", 35, "add_to_cart")])  # a replay
+    assert store.version(view.speed_table) == version
+    store = run_pass([view.name], 2, clicks=[click("u1", "/a", 50), click("u2", "/a", 40)])  # /a seen: 3 pages
+    assert sessions() == [("u1", 0, 50, 5, 3, True), ("u2", 5, 5, 1, 1, False), ("u2", 40, 40, 1, 1, False)]
+    whole = view({"clicks": spark.createDataFrame(
+        [click("u1", "/a", 0), click("u1", "/b", 10), click("u1", "/a", 41), click("u2", "/a", 5),
+         click("u1", "/c", 35, "add_to_cart"), click("u1", "/a", 50), click("u2", "/a", 40)], CLICKS)},
+        ViewContext(settings, exact=True))
+    assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(
+        whole.select(*view.columns).collect())  # the batch's answer
