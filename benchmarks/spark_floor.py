@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 from datetime import datetime
 from pathlib import Path
 
@@ -56,12 +57,15 @@ def main(landing: Path, out: Path, files_per_trigger: int, continuous: float | N
     trigger = {"processingTime": f"{continuous} seconds"} if continuous else {"availableNow": True}
     query = (lines.writeStream.format("parquet").option("path", str(out / "parquet"))
              .option("checkpointLocation", str(out / "checkpoint")).trigger(**trigger).start())
-    if continuous:
-        signal.signal(signal.SIGTERM, lambda *_: query.stop())
+    if continuous:  # until SIGTERM; the query is stopped here, not inside the handler (a py4j call)
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
         print("running", flush=True)
-    query.awaitTermination()
-    if continuous:
+        while not stopping.wait(0.5) and query.isActive:
+            pass
+        query.stop()
         return
+    query.awaitTermination()
     progress = query.recentProgress
     starts = [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp() for p in progress]
     ends = [start + p["batchDuration"] / 1000 for start, p in zip(starts, progress)]
