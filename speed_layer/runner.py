@@ -145,6 +145,8 @@ def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: thre
     stopped_by_us = False
     try:
         while any(query.isActive for query in queries):
+            if any(not query.isActive and query.exception() is not None for query in queries):
+                break  # one query failed: the stream fails now (below), not once the others end
             if stop.is_set():
                 log.info("stop requested: finishing the current micro-batches")
                 _stop_gracefully(queries)

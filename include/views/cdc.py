@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from include.registry import Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, rows_that_differ, view
-from include.schemas import CUSTOMERS_CDC_FIELDS
 from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
 
 if TYPE_CHECKING:
@@ -136,7 +135,8 @@ def customers_history_step(step: PassStep) -> DataFrame:
         F.when(F.col("deleted"), "d").otherwise("u").alias("op"), F.unix_millis("valid_from").alias("ts_ms"),
         F.when(F.col("deleted"), image).alias("before"), F.when(~F.col("deleted"), image).alias("after"),
         F.timestamp_micros(F.lit(0)).alias("arrived_at"))
-    new = step.frame(changes, f"{CUSTOMERS_CDC_FIELDS}, arrived_at timestamp")
+    new = step.frame(changes, f"op string, ts_ms bigint, before struct<{CUSTOMER_FIELDS}>, "
+                              f"after struct<{CUSTOMER_FIELDS}>, arrived_at timestamp")
     return customers_history({"customers_cdc": new.unionByName(earlier)}, ViewContext(step.settings, exact=False))
 
 

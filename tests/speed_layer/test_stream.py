@@ -412,3 +412,24 @@ def test_kafka_source_where_the_connector_loads(spark, settings, request):
     assert all(row["source"].startswith("orders/") for row in sources)
 
 
+
+
+def test_one_failed_query_fails_the_stream_while_the_others_run(spark, settings):
+    """A query that dies (its micro-batch raised) ends the stream at once with its error, so the
+    supervisor restarts it, instead of the stream running on without that query's views."""
+    from speed_layer.metrics import StreamMetrics
+    from speed_layer.runner import StreamFailed, _supervise
+
+    def fail(batch, batch_id):
+        raise ValueError("a micro-batch that cannot be written")
+
+    def started(name, writer):
+        return writer.queryName(name).option("checkpointLocation", str(settings.checkpoints_dir / name)).start()
+
+    rate = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    running = started("running", rate.writeStream.format("noop").trigger(processingTime="1 second"))
+    failing = started("failing", rate.writeStream.foreachBatch(fail))
+    began = time.monotonic()
+    with pytest.raises(StreamFailed, match="streaming query 'failing' failed: .*a micro-batch that cannot be written"):
+        _supervise([failing, running], StreamMetrics(open_store(settings, spark), settings.run_dir), threading.Event())
+    assert not running.isActive and time.monotonic() - began < 60
