@@ -283,8 +283,19 @@ def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
     return app
 
 
-def serve(settings: Settings, host: str, port: int, token: str) -> None:
-    """Run the server until SIGINT/SIGTERM."""
+def serve(settings: Settings, host: str, port: int, token: str, pg_port: int = 0) -> None:
+    """Run the HTTP server, and the PostgreSQL wire protocol on ``pg_port`` (0: not), until
+    SIGINT/SIGTERM; both answer through one engine and one set of query slots."""
     import uvicorn
 
-    uvicorn.run(create_app(settings, token), host=host, port=port, log_level="warning")
+    from serving.pgwire import start_pg_server
+
+    app = create_app(settings, token)
+    state = app.state
+    pg = start_pg_server(settings, host, pg_port, token, state.engine, state.slots, state.metrics) if pg_port else None
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        if pg:
+            pg.shutdown()
+            pg.server_close()
