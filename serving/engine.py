@@ -12,7 +12,7 @@ the HTTP API and the PostgreSQL wire protocol all go through :meth:`ServingEngin
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -130,6 +130,10 @@ class QueryRefused(ValueError):
 
 class QueryTimeout(RuntimeError):
     """A query that ran past the engine's time limit and was cancelled."""
+
+
+class QueryCancelled(RuntimeError):
+    """A query its client cancelled while it ran (a PostgreSQL client's cancel request)."""
 
 
 class ServingEngine:
@@ -250,12 +254,22 @@ class ServingEngine:
             return list(changed)
 
     # ---- answering -----------------------------------------------------------------------------
-    def execute(self, sql: str, params: Sequence[Any] | None = None, max_rows: int | None = None) -> Result:
+    def execute(self, sql: str, params: Sequence[Any] | None = None, max_rows: int | None = None,
+                on_start: Callable[[Callable[[], None]], None] | None = None) -> Result:
         """Run one read-only query (``$1``-style ``params``) and return at most ``max_rows`` rows.
         Raises :class:`QueryRefused` for anything but one valid SELECT/WITH statement over what is
-        served, and :class:`QueryTimeout` past ``query_timeout`` seconds."""
+        served, and :class:`QueryTimeout` past ``query_timeout`` seconds. ``on_start`` receives a
+        function that cancels the query from another thread (:class:`QueryCancelled`)."""
         cursor = self.connection.cursor()
-        timer = threading.Timer(self.query_timeout, cursor.interrupt) if self.query_timeout else None
+        timed_out = threading.Event()
+
+        def time_limit() -> None:
+            timed_out.set()
+            cursor.interrupt()
+
+        timer = threading.Timer(self.query_timeout, time_limit) if self.query_timeout else None
+        if on_start:
+            on_start(cursor.interrupt)
         try:
             relation = self._relation(cursor, sql, params)
             if max_rows is not None:  # one row more than the cap says whether rows were left out
@@ -267,6 +281,8 @@ class ServingEngine:
             return Result(relation.columns, [str(kind) for kind in relation.types],
                           table.slice(0, max_rows) if truncated else table, truncated)
         except duckdb.InterruptException:
+            if not timed_out.is_set():
+                raise QueryCancelled("canceling statement due to user request") from None
             raise QueryTimeout(f"query cancelled after the {self.query_timeout:g} s time limit") from None
         except duckdb.PermissionException:
             raise QueryRefused(FILE_ACCESS, "file_access") from None

@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from include.config import Settings
-from serving.engine import SOURCES, QueryRefused, QueryTimeout, Result, ServingEngine
+from serving.engine import SOURCES, QueryCancelled, QueryRefused, QueryTimeout, Result, ServingEngine
 from serving.limits import ServerBusy
 from serving.status import view_status
 
@@ -39,13 +39,13 @@ class ServingMetrics:
                                   ["route", "status"], buckets=QUERY_BUCKETS, registry=self.registry)
         self.queries = Histogram("lambdalake_query_duration_seconds",
                                  "serving queries by protocol (http, pgwire) and outcome "
-                                 "(ok, refused, timeout, busy)",
+                                 "(ok, refused, timeout, cancelled, busy)",
                                  ["protocol", "outcome"], buckets=QUERY_BUCKETS, registry=self.registry)
         self.rows = Counter("lambdalake_rows_returned", "rows answered to serving queries", ["protocol"],
                             registry=self.registry)
         self.refused = Counter("lambdalake_queries_refused",
                                "queries refused, by reason: not_read_only, file_access, invalid (SQL DuckDB "
-                               "rejected), timeout, busy (no query slot), too_large (body), bad_request",
+                               "rejected), timeout, cancelled, busy (no query slot), too_large (body), bad_request",
                                ["protocol", "reason"], registry=self.registry)
         self.truncated = Counter("lambdalake_results_truncated", "results cut at LAMBDALAKE_MAX_RESULT_ROWS",
                                  ["protocol"], registry=self.registry)
@@ -61,6 +61,9 @@ class ServingMetrics:
             raise
         except QueryTimeout:
             self._refused(protocol, "timeout", "timeout", started)
+            raise
+        except QueryCancelled:
+            self._refused(protocol, "cancelled", "cancelled", started)
             raise
         except ServerBusy:
             self._refused(protocol, "busy", "busy", started)

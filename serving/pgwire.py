@@ -21,6 +21,7 @@ module overrides it:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -41,7 +42,7 @@ import pyarrow as pa
 from buenavista import core, postgres
 
 from include.config import Settings
-from serving.engine import QueryRefused, QueryTimeout, Result, ServingEngine
+from serving.engine import QueryCancelled, QueryRefused, QueryTimeout, Result, ServingEngine
 from serving.limits import QuerySlots, ServerBusy
 from serving.metrics import ServingMetrics
 
@@ -254,10 +255,18 @@ def duckdb_spelling(sql: str) -> str:
 
 
 # ---- the session: one per connection ------------------------------------------------------
-_COMMAND = re.compile(r"^\s*(\w+)(?:\s+(\w+))?", re.ASCII)
-# Statements answered without the engine and without rows (SHOW has a row).
-COMMANDS = ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "RESET", "DISCARD", "DEALLOCATE",
-            "SAVEPOINT", "RELEASE")
+# Statements answered here, without the engine and without rows, by the tag each answers.
+COMMAND_TAGS = {
+    "BEGIN": "BEGIN", "START": "BEGIN", "COMMIT": "COMMIT", "END": "COMMIT", "ROLLBACK": "ROLLBACK",
+    "ABORT": "ROLLBACK", "SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE", "SET": "SET", "RESET": "RESET",
+    "DISCARD": "DISCARD ALL", "DEALLOCATE": "DEALLOCATE",
+}
+_FIRST_WORDS = re.compile(r"^\s*(\w*)\s*(\w*)", re.ASCII)
+
+
+def first_words(sql: str) -> tuple[str, str]:
+    first, second = _FIRST_WORDS.match(sql).groups()
+    return first.upper(), second.upper()
 
 
 class EngineSession(core.Session):
@@ -265,6 +274,7 @@ class EngineSession(core.Session):
         super().__init__()
         self.service = service
         self.in_txn = False
+        self._cancel_running: Callable[[], None] | None = None
 
     def in_transaction(self) -> bool:
         return self.in_txn
@@ -272,32 +282,40 @@ class EngineSession(core.Session):
     def close(self) -> None:
         pass  # nothing held between queries: each one has its own cursor
 
+    def cancel(self) -> None:
+        """Cancel the query this session runs, if it runs one (from the cancel request's thread)."""
+        cancel = self._cancel_running
+        if cancel:
+            with contextlib.suppress(duckdb.Error):  # it ended meanwhile and its cursor is closed
+                cancel()
+
+    def _running(self, cancel: Callable[[], None]) -> None:
+        self._cancel_running = cancel
+
     def execute_sql(self, sql: str, params: list | None = None) -> core.QueryResult:
-        command = _COMMAND.match(sql)
-        word = command[1].upper() if command else ""
-        if word in ("BEGIN", "START"):
-            self.in_txn = True
-            return Status("BEGIN")
-        if word == "ROLLBACK" and (command[2] or "").upper() == "TO":  # to a savepoint: still in the transaction
-            return Status("ROLLBACK")
-        if word in ("COMMIT", "END", "ROLLBACK", "ABORT"):
-            self.in_txn = False
-            return Status("ROLLBACK" if word in ("ROLLBACK", "ABORT") else "COMMIT")
-        if word in ("SET", "RESET", "DISCARD", "DEALLOCATE", "SAVEPOINT", "RELEASE"):
-            return Status(word if word != "DISCARD" else "DISCARD ALL")
+        word, second = first_words(sql)
+        if word in COMMAND_TAGS:
+            if word in ("BEGIN", "START"):
+                self.in_txn = True
+            elif word in ("COMMIT", "END", "ABORT") or (word == "ROLLBACK" and second != "TO"):  # not to a savepoint
+                self.in_txn = False
+            return Status(COMMAND_TAGS[word])
         if word == "SHOW":
-            return self.service.show(sql)
+            return self.service.show(sql, params)
         if not sql.strip(" \t\r\n;"):
             return Status("")
-        return self.service.query(sql, params)
+        try:
+            return self.service.query(sql, params, self._running)
+        finally:
+            self._cancel_running = None
 
     def describe(self, sql: str, parameters: int) -> Answer | None:
         """The columns a prepared statement will answer (None: a command without rows)."""
-        command = _COMMAND.match(sql)
-        if command and command[1].upper() in COMMANDS:
+        word, _ = first_words(sql)
+        if word in COMMAND_TAGS:
             return None
-        if command and command[1].upper() == "SHOW":
-            return self.service.show(sql)
+        if word == "SHOW":
+            return self.service.show(sql, None)
         return Answer(*self.service.engine.describe(duckdb_spelling(sql), parameters))
 
 
@@ -324,26 +342,31 @@ class PgService(core.Connection):
     def parameters(self) -> dict[str, str]:
         return self.server_parameters
 
-    def query(self, sql: str, params: list | None) -> Answer:
+    def query(self, sql: str, params: list | None,
+              on_start: Callable[[Callable[[], None]], None] | None = None) -> Answer:
         def limited() -> Result:
             with self.slots.hold():
-                return self.engine.execute(duckdb_spelling(sql), params, max_rows=self.settings.max_result_rows)
+                return self.engine.execute(duckdb_spelling(sql), params, self.settings.max_result_rows, on_start)
 
         result = self.metrics.observe("pgwire", limited)
         return Answer(result.columns, result.types, result)
 
-    def show(self, sql: str) -> Answer:
-        """``SHOW name``: the server's parameters, and what clients ask of a read-only server."""
+    def show(self, sql: str, params: list | None) -> Answer:
+        """``SHOW name``: the server's parameters, and what clients ask of a read-only server;
+        other names go to DuckDB (``SHOW TABLES``, ``SHOW <table>``)."""
         name = " ".join(sql.strip(" \t\r\n;").split()[1:])
         known = {key.lower(): value for key, value in self.server_parameters.items()}
         known |= {"transaction isolation level": "read committed", "transaction_isolation": "read committed",
                   "transaction_read_only": "on", "default_transaction_read_only": "on", "search_path": "main",
                   "max_identifier_length": "63"}
-        if name.lower() not in known:
-            raise QueryRefused(f'unrecognized configuration parameter "{name}"', "unknown_setting")
-        column = "transaction_isolation" if name.lower().startswith("transaction isolation") else name.lower()
-        table = pa.table({column: [known[name.lower()]]})
-        return Answer([column], ["VARCHAR"], Result([column], ["VARCHAR"], table, False))
+        if name.lower() in known:
+            column = "transaction_isolation" if name.lower().startswith("transaction isolation") else name.lower()
+            table = pa.table({column: [known[name.lower()]]})
+            return Answer([column], ["VARCHAR"], Result([column], ["VARCHAR"], table, False))
+        try:
+            return self.query(sql, params)
+        except QueryRefused:
+            raise QueryRefused(f'unrecognized configuration parameter "{name}"', "unknown_setting") from None
 
 
 # ---- the protocol handler -------------------------------------------------------------------
@@ -378,11 +401,15 @@ class EngineHandler(postgres.BuenaVistaHandler):
     def handle_startup(self, conn: core.Connection) -> postgres.BVContext | None:
         length = self.r.read_uint32() - 4
         code = self.r.read_uint32()
-        if code == 80877103:  # SSLRequest: not offered (a client then goes on without it)
+        if code in (80877103, 80877104):  # SSLRequest, GSSENCRequest: not offered (clients go on without)
             self.wfile.write(b"N")
             return self.handle_startup(conn)
-        if code == 80877102:  # CancelRequest: the query time limit ends runaway queries instead
-            self.r.read_bytes(length - 4)
+        if code == 80877102:  # CancelRequest (psql's Ctrl-C) on a connection of its own
+            process_id, secret_key = self.r.read_uint32(), self.r.read_uint32()
+            target = self.server.ctxts.get(process_id)
+            if target is not None and hmac.compare_digest(struct.pack("!I", target.secret_key),
+                                                         struct.pack("!I", secret_key)):
+                target.session.cancel()
             return None
         if code != 196608:
             raise ProtocolViolation(f"unsupported protocol version {code >> 16}.{code & 0xFFFF}")
@@ -424,6 +451,8 @@ class EngineHandler(postgres.BuenaVistaHandler):
     def handle_describe(self, ctx: postgres.BVContext, payload: bytes) -> None:
         """A statement's parameters and columns (without running it), or a portal's columns (it
         runs, and Execute then sends the rows it keeps)."""
+        if ctx.has_error:  # after an error, messages up to the next Sync are skipped
+            return
         kind, name = payload[:1], payload[1:-1].decode()
         try:
             if kind == b"S":
@@ -439,7 +468,13 @@ class EngineHandler(postgres.BuenaVistaHandler):
         except Exception as exc:
             self.send_error(exc, ctx)
 
+    def handle_parse(self, ctx: postgres.BVContext, payload: bytes) -> None:
+        if not ctx.has_error:
+            super().handle_parse(ctx, payload)
+
     def handle_bind(self, ctx: postgres.BVContext, payload: bytes) -> None:
+        if ctx.has_error:
+            return
         try:
             portal, statement, params, result_formats = _bind_message(payload, ctx.stmts)
         except Exception as exc:
@@ -447,6 +482,16 @@ class EngineHandler(postgres.BuenaVistaHandler):
             return
         ctx.add_portal(portal, statement, params, result_formats)
         self.send_bind_complete()
+
+    def handle_close(self, ctx: postgres.BVContext, payload: bytes) -> None:
+        """Closing a statement or portal that does not exist is not an error (as in PostgreSQL)."""
+        name = payload[1:-1].decode()
+        if payload[:1] == b"S":
+            ctx.stmts.pop(name, None)
+        else:
+            ctx.portals.pop(name, None)
+            ctx.result_cache.pop(name, None)
+        self.send_close_complete()
 
     def send_row_description(self, query_result: Answer) -> None:
         formats = query_result.result_format or [0] * query_result.column_count()
@@ -507,7 +552,7 @@ def _fields(severity: str, code: str, message: str) -> bytes:
 def _sqlstate(error: Any) -> tuple[str, str]:
     if isinstance(error, QueryRefused):
         return SQLSTATES.get(error.reason, SQLSTATES["invalid"]), str(error)
-    if isinstance(error, QueryTimeout):
+    if isinstance(error, (QueryTimeout, QueryCancelled)):
         return SQLSTATES["timeout"], str(error)
     if isinstance(error, ServerBusy):
         return SQLSTATES["busy"], str(error)
