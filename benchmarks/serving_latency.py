@@ -52,9 +52,9 @@ QUERIES = [
     ("last hour of 5-minute windows",
      "SELECT window_start, category, revenue FROM revenue_by_category_5m"
      " WHERE window_start >= (SELECT max(window_start) FROM revenue_by_category_5m) - INTERVAL 1 HOUR",
-     "WITH v AS (SELECT * FROM read_parquet({batch_revenue})"
+     "WITH v AS (SELECT window_start, category, revenue FROM read_parquet({batch_revenue})"
      " WHERE date IN (SELECT date FROM read_parquet({coverage}))"
-     " UNION ALL SELECT * FROM read_parquet({speed_revenue})"
+     " UNION ALL SELECT window_start, category, revenue FROM read_parquet({speed_revenue})"
      " WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
      " SELECT window_start, category, revenue FROM v"
      " WHERE window_start >= (SELECT max(window_start) FROM v) - INTERVAL 1 HOUR"),
