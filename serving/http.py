@@ -1,10 +1,12 @@
-"""``lambdalake serve``: the serving layer over HTTP for programs (a SQL API with a token) and
-people (the dashboard at ``/``).
+"""``lambdalake serve``: the serving layer over HTTP for programs (a SQL API with a token),
+people (the dashboard at ``/``) and operators (``/health``, ``/ready``, ``/metrics``); ``serve``
+also starts the PostgreSQL wire protocol (:mod:`serving.pgwire`) over the same engine.
 
 One :class:`~serving.engine.ServingEngine` stays open for the server's life; a background thread
 refreshes it every ``refresh_seconds``, so a request never pays for opening or refreshing and
-sees a lake at most that old. Queries go through the same guard as ``lambdalake query`` and
-answer the same JSON.
+sees a lake at most that old. Queries go through the same guard as ``lambdalake query``, and the
+server's row cap and query slots (:mod:`serving.limits`); they answer the same JSON by default,
+or CSV, Arrow or a JSON envelope (:mod:`serving.formats`).
 """
 
 from __future__ import annotations
