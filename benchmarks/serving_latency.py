@@ -1,13 +1,14 @@
-"""Serving latency: dashboard queries through the serving layer, in process and over HTTP, vs
-DuckDB on the same Parquet files.
+"""Serving latency: dashboard queries through the serving layer, in process, over HTTP and over the
+PostgreSQL wire protocol, vs DuckDB on the same Parquet files.
 
     .venv/bin/python benchmarks/serving_latency.py [--home .lambdalake/demo] [--repeat 50]
 
 Needs a lake with data (``make run`` leaves one in ``.lambdalake/demo``). Starts ``lambdalake
-serve`` on a free port. For each query, three ways run alternately, ``--repeat`` times each:
+serve`` on free ports. For each query, four ways run alternately, ``--repeat`` times each:
 the serving engine in this process, ``POST /api/query`` on the warm server (one keep-alive
-connection, as a dashboard holds), and plain DuckDB reading the snapshots' Parquet files
-directly; p50/p95 in ms. Then requests/s with ``--clients`` concurrent HTTP clients. Opening the
+connection, as a dashboard holds), the same server over the PostgreSQL wire protocol (one psycopg
+connection, as a BI tool holds), and plain DuckDB reading the snapshots' Parquet files directly;
+p50/p95 in ms. Then requests/s with ``--clients`` concurrent HTTP clients. Opening the
 serving engine (what each ``lambdalake query`` pays once) is timed separately.
 Writes ``benchmarks/results/serving.md``.
 """
@@ -29,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import psycopg
 from deltalake import DeltaTable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,9 +52,9 @@ QUERIES = [
     ("last hour of 5-minute windows",
      "SELECT window_start, category, revenue FROM revenue_by_category_5m"
      " WHERE window_start >= (SELECT max(window_start) FROM revenue_by_category_5m) - INTERVAL 1 HOUR",
-     "WITH v AS (SELECT * FROM read_parquet({batch_revenue})"
+     "WITH v AS (SELECT window_start, category, revenue FROM read_parquet({batch_revenue})"
      " WHERE date IN (SELECT date FROM read_parquet({coverage}))"
-     " UNION ALL SELECT * FROM read_parquet({speed_revenue})"
+     " UNION ALL SELECT window_start, category, revenue FROM read_parquet({speed_revenue})"
      " WHERE date NOT IN (SELECT date FROM read_parquet({coverage})))"
      " SELECT window_start, category, revenue FROM v"
      " WHERE window_start >= (SELECT max(window_start) FROM v) - INTERVAL 1 HOUR"),
@@ -80,20 +82,27 @@ def percentile(samples: list[float], share: float) -> float:
 TOKEN = "benchmark-token"
 
 
-def start_server(home: Path) -> tuple[subprocess.Popen, int]:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def start_server(home: Path) -> tuple[subprocess.Popen, int, int]:
+    """``lambdalake serve`` on free ports; returns the process, its HTTP and its PostgreSQL port."""
+    port, pg_port = free_port(), free_port()
     env = {**os.environ, "LAMBDALAKE_SERVE_TOKEN": TOKEN}
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "lambdalake"), "serve", "--home", str(home), "--port", str(port)],
+        [str(Path(sys.executable).parent / "lambdalake"), "serve", "--home", str(home), "--port", str(port),
+         "--pg-port", str(pg_port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 60
     while True:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server, port
+            for listening in (port, pg_port):
+                socket.create_connection(("127.0.0.1", listening), timeout=1).close()
+            return server, port, pg_port
         except OSError:
             if server.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("lambdalake serve did not start")
@@ -156,14 +165,17 @@ def main() -> int:
     }
     direct = duckdb.connect()
     direct.execute("SET TimeZone = 'UTC'")
-    server, port = start_server(args.home)
+    server, port, pg_port = start_server(args.home)
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        pg = psycopg.connect(host="127.0.0.1", port=pg_port, user="benchmark", password=TOKEN, dbname="lambdalake",
+                             autocommit=True)
         lines = []
         for name, served_sql, direct_sql in QUERIES:
             direct_sql = direct_sql.format(**lists)
             post(connection, served_sql)  # warm
-            served, over_http, plain = [], [], []
+            pg.execute(served_sql).fetchall()
+            served, over_http, over_pg, plain = [], [], [], []
             for _ in range(args.repeat):
                 started = time.perf_counter()
                 engine.query(served_sql)
@@ -172,17 +184,24 @@ def main() -> int:
                 post(connection, served_sql)
                 over_http.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
+                pg.execute(served_sql).fetchall()
+                over_pg.append((time.perf_counter() - started) * 1000)
+                started = time.perf_counter()
                 direct.execute(direct_sql).fetchall()
                 plain.append((time.perf_counter() - started) * 1000)
             assert (sorted(map(str, engine.query(served_sql)[1]))
                     == sorted(map(str, direct.execute(direct_sql).fetchall())))
             assert len(post(connection, served_sql)) == len(engine.query(served_sql)[1])
+            assert sorted(pg.execute(served_sql).fetchall()) == sorted(engine.query(served_sql)[1])
+            p50 = statistics.median(plain)
             lines.append(
                 f"| {name} | {statistics.median(served):.1f} | {percentile(served, 0.95):.1f} | "
                 f"{statistics.median(over_http):.1f} | {percentile(over_http, 0.95):.1f} | "
-                f"{statistics.median(plain):.1f} | {percentile(plain, 0.95):.1f} | "
-                f"**{statistics.median(over_http) / statistics.median(plain):.2f}x** |"
+                f"{statistics.median(over_pg):.1f} | {percentile(over_pg, 0.95):.1f} | "
+                f"{p50:.1f} | {percentile(plain, 0.95):.1f} | "
+                f"**{statistics.median(over_http) / p50:.2f}x** | **{statistics.median(over_pg) / p50:.2f}x** |"
             )
+        pg.close()
         rate, loaded_p50 = requests_per_second(port, args.clients, args.seconds)
     finally:
         server.terminate()
@@ -191,15 +210,16 @@ def main() -> int:
         "# Serving benchmark",
         "",
         f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M}Z on {platform.node()}: {os.cpu_count()} cores, "
-        f"DuckDB {duckdb.__version__}, lake `{args.home}`, {args.repeat} runs per query, the three ways alternating.",
+        f"DuckDB {duckdb.__version__}, lake `{args.home}`, {args.repeat} runs per query, the four ways alternating.",
         "",
-        "| dashboard query | engine p50 ms | engine p95 ms | HTTP p50 ms | HTTP p95 ms "
-        "| DuckDB on Parquet p50 ms | p95 ms | HTTP / DuckDB p50 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| dashboard query | engine p50 ms | engine p95 ms | HTTP p50 ms | HTTP p95 ms | pgwire p50 ms "
+        "| pgwire p95 ms | DuckDB on Parquet p50 ms | p95 ms | HTTP / DuckDB p50 | pgwire / DuckDB p50 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *lines,
         "",
         "Engine: `ServingEngine.query` in this process. HTTP: `POST /api/query` to a warm `lambdalake serve` "
-        "over one keep-alive connection, JSON parsed (target: at most 1.5x DuckDB on Parquet).",
+        "over one keep-alive connection, JSON parsed. pgwire: the same server's PostgreSQL protocol, one psycopg "
+        "connection (autocommit), rows fetched (target for both: at most 1.5x DuckDB on Parquet).",
         "",
         f"Throughput: {args.clients} concurrent HTTP clients cycling through the three queries "
         f"for {args.seconds:.0f} s: **{rate:.0f} requests/s**, p50 {loaded_p50:.1f} ms under that load.",

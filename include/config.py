@@ -151,6 +151,17 @@ class Settings(BaseSettings):
         default=SecretStr(""), description="bearer token of `lambdalake serve` (else generated)"
     )
     query_timeout: timedelta = Field(default=timedelta(seconds=30), description="a serving query is cancelled past it")
+    # What one query may cost the server (HTTP and the PostgreSQL protocol alike): rows past the cap
+    # are left out and the answer says so; queries past the limit wait for a slot (503 / SQLSTATE
+    # 53000 after the query time limit), so /api/status and the dashboard keep answering.
+    max_result_rows: int = Field(default=100_000, ge=1, description="rows a serving query answers at most")
+    max_concurrent_queries: int = Field(default=4, ge=1, description="serving queries running at once")
+    # The PostgreSQL wire protocol of `lambdalake serve` (0: off); 5433, not 5432, leaves a local
+    # PostgreSQL its port.
+    pg_port: int = Field(default=5433, ge=0, le=65535, description="`lambdalake serve` PostgreSQL port (0: off)")
+    # GET /metrics needs the token unless this is set; then clients on this machine (127.0.0.1, ::1)
+    # scrape it without one.
+    metrics_open_on_localhost: bool = False
     max_reconciliation_drift: float = Field(default=0.5, gt=0, description="share of a batch metric")
 
     @field_validator("watermark_delay", mode="before")

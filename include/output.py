@@ -13,7 +13,8 @@ from typing import Any
 FORMATS = ("table", "json", "csv")
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """A value as JSON shows it: timestamps ISO-8601 in UTC, dates YYYY-MM-DD, durations in seconds."""
     if isinstance(value, datetime):
         utc = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
         return utc.isoformat().replace("+00:00", "Z")
@@ -26,7 +27,7 @@ def _jsonable(value: Any) -> Any:
 
 def json_rows(rows: Sequence[dict[str, Any]], indent: int | None = None) -> str:
     """Rows as a JSON list of objects; compact unless ``indent`` (the C encoder only runs without)."""
-    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
+    rows = [{key: jsonable(value) for key, value in row.items()} for row in rows]
     return json.dumps(rows, indent=indent, default=str, separators=(",", ": ") if indent else (",", ":"))
 
 
@@ -34,7 +35,7 @@ def format_rows(rows: Sequence[dict[str, Any]], fmt: str) -> str:
     """Rows as an aligned table, a JSON list of objects, or CSV."""
     if fmt == "json":
         return json_rows(rows, indent=1)
-    rows = [{key: _jsonable(value) for key, value in row.items()} for row in rows]
+    rows = [{key: jsonable(value) for key, value in row.items()} for row in rows]
     columns = list(rows[0]) if rows else []
     if fmt == "csv":
         buffer = io.StringIO()

@@ -71,6 +71,21 @@ def positive(kind: type) -> Any:
     return parse
 
 
+def port_or_off(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number (0 for none), got '{text}'")
+    return int(text)
+
+
+def installed_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lambdalake")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 # ---- commands -----------------------------------------------------------------------------
 def cmd_generate(args: argparse.Namespace, settings: Settings) -> int:
     from include.generator import TrafficOptions, follow, generate
@@ -156,11 +171,29 @@ def parse_as_of(text: str) -> int | datetime:
         ) from None
 
 
+def query_text(args: argparse.Namespace) -> str:
+    """The SQL of ``lambdalake query``: the argument, or ``-f FILE`` (``-f -``: standard input)."""
+    if (args.sql is None) == (args.file is None):
+        raise UsageError("give the query as an argument or with -f FILE (- for standard input), not both")
+    if args.file is None:
+        return args.sql
+    if args.file == "-":
+        return sys.stdin.read()
+    try:
+        with open(args.file, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read the query from {args.file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"the query file {args.file} is not UTF-8 text") from None
+
+
 def cmd_query(args: argparse.Namespace, settings: Settings) -> int:
     from serving.engine import ServingEngine
 
+    sql = query_text(args)
     engine = ServingEngine(settings, query_timeout=settings.query_timeout.total_seconds(), as_of=args.as_of)
-    print(format_rows(engine.rows(args.sql), args.format))
+    print(format_rows(engine.rows(sql), args.format))
     return 0
 
 
@@ -185,11 +218,14 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from serving.http import dashboard_url, serve, serve_token
 
     token = serve_token(settings)
+    pg_port = settings.pg_port if args.pg_port is None else args.pg_port
     base = f"http://{args.host}:{args.port}"
     print(f"Dashboard: {dashboard_url(args.host, args.port, token)}", flush=True)
     print(f"SQL API:   curl -H 'Authorization: Bearer {token}' -d '{{\"sql\": \"SELECT 1\"}}' {base}/api/query",
           flush=True)
-    serve(settings, args.host, args.port, token)
+    if pg_port:
+        print(f"Postgres:  PGPASSWORD={token} psql -h {args.host} -p {pg_port} -U lambdalake lambdalake", flush=True)
+    serve(settings, args.host, args.port, token, pg_port)
     return 0
 
 
@@ -197,7 +233,29 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from serving.status import status_summary, view_status
 
     rows = view_status(settings)
+    if args.check:
+        return check_status(settings, rows)
     print(format_rows(rows, args.format) if args.verbose or args.format != "table" else status_summary(rows))
+    return 0
+
+
+def check_status(settings: Settings, rows: list[dict[str, Any]]) -> int:
+    """For monitors: exit 1 with one line why when the stream is absent, dead or stalled, or a
+    view's speed side is further behind than ``LAMBDALAKE_FRESHNESS_SLA``; else 0 and ``ok``."""
+    from speed_layer.supervisor import diagnose
+
+    now = datetime.now(timezone.utc)
+    stream = diagnose(settings, now)
+    if stream.state in ("absent", "dead", "stalled"):
+        print(f"stream {stream.state}: {stream.reason}")
+        return RUNTIME_FAILURE
+    late = [(row["view"], now - row["speed_max_event_time"]) for row in rows
+            if row["speed_max_event_time"] is not None and now - row["speed_max_event_time"] > settings.freshness_sla]
+    if late:
+        listed = ", ".join(f"{view} {lag.total_seconds() / 60:,.0f} min" for view, lag in late)
+        print(f"past the freshness SLA of {settings.freshness_sla.total_seconds() / 60:g} min: {listed}")
+        return RUNTIME_FAILURE
+    print(f"ok: stream {stream.state}, every view within the freshness SLA")
     return 0
 
 
@@ -214,9 +272,13 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from lambdalake.platform import password_file, up
     from serving.http import dashboard_url, serve_token
 
-    url = up(settings, args.port, args.serve_port)
+    pg_port = settings.pg_port if args.pg_port is None else args.pg_port
+    url = up(settings, args.port, args.serve_port, pg_port=pg_port)
+    token = serve_token(settings)
     print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)})")
-    print(f"Dashboard:  {dashboard_url('127.0.0.1', args.serve_port, serve_token(settings))}")
+    print(f"Dashboard:  {dashboard_url('127.0.0.1', args.serve_port, token)}")
+    if pg_port:
+        print(f"Postgres:   PGPASSWORD={token} psql -h 127.0.0.1 -p {pg_port} -U lambdalake lambdalake")
     print(f"Events land in {settings.landing_dir}; speed_layer_supervisor starts the stream. Stop with: make down")
     return 0
 
@@ -239,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     printing.add_argument("--format", choices=FORMATS, default="table")
 
     parser = OneLineParser(prog="lambdalake", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     gen = commands.add_parser(
@@ -304,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run one SELECT/WITH query over the merged views and operational tables "
         "(see docs/serving.md).",
     )
-    query.add_argument("sql", help="one SELECT or WITH statement")
+    query.add_argument("sql", nargs="?", help="one SELECT or WITH statement")
+    query.add_argument("-f", "--file", metavar="FILE", help="read the query from FILE (- for standard input)")
     query.add_argument("--as-of", type=parse_as_of, metavar="VERSION|TIME",
                        help="the lake as it was: at an ISO-8601 time (every table), or every table at a Delta "
                        "version (for a query over one table; see `lambdalake history`)")
@@ -330,16 +394,22 @@ def build_parser() -> argparse.ArgumentParser:
         "status", parents=[common, printing], help="stream health, coverage, freshness",
         description="A short summary: the stream, one line per view (freshness, batch coverage, stale days), "
         "the latest alert. --verbose or --format json|csv: every detail (table versions, times).")
+    status.add_argument("--check", action="store_true",
+                        help="for monitors: exit 1 with one line why when the stream is absent, dead or stalled or "
+                        "a view is past LAMBDALAKE_FRESHNESS_SLA, else print ok and exit 0")
     status.set_defaults(handler=cmd_status)
 
     serve = commands.add_parser(
-        "serve", parents=[common], help="the serving layer over HTTP: SQL API and dashboard",
-        description="Serve the merged views over HTTP until stopped: POST /api/query and "
+        "serve", parents=[common], help="the serving layer over HTTP and the PostgreSQL protocol",
+        description="Serve the merged views until stopped: over HTTP, POST /api/query and "
         "GET /api/status with the bearer token (LAMBDALAKE_SERVE_TOKEN, else generated into "
-        "run/serve-token), and the dashboard at /.",
+        "run/serve-token), /health, /ready, /metrics and the dashboard at /; and the PostgreSQL wire "
+        "protocol (psql, BI tools) with the token as the password.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=positive(int), default=8090, help="port (default 8090)")
+    serve.add_argument("--port", type=positive(int), default=8090, help="HTTP port (default 8090)")
+    serve.add_argument("--pg-port", type=port_or_off, metavar="PORT",
+                       help="PostgreSQL protocol port, 0 for none (default 5433, or $LAMBDALAKE_PG_PORT)")
     serve.set_defaults(handler=cmd_serve)
 
     demo = commands.add_parser("demo", parents=[common], help="one day through the whole platform (make run)")
@@ -351,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--port", type=positive(int), default=8080, help="Airflow API/UI port")
     up.add_argument("--serve-port", type=positive(int), default=8090,
                     help="`lambdalake serve` port (dashboard, SQL API)")
+    up.add_argument("--pg-port", type=port_or_off, metavar="PORT",
+                    help="`lambdalake serve` PostgreSQL port, 0 for none (default 5433, or $LAMBDALAKE_PG_PORT)")
     up.set_defaults(handler=cmd_up)
     down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
     down.set_defaults(handler=cmd_down)

@@ -2,8 +2,8 @@
 
 ``up`` starts ``airflow standalone`` (SQLite, LocalExecutor) with this project's DAGs, examples
 off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mode; ``lambdalake
-serve`` (SQL API and dashboard); and unpauses ``speed_layer_supervisor``, which starts the
-stream. ``down`` stops exactly what ``up`` started (process groups recorded in pid files) and
+serve`` (SQL API, dashboard, PostgreSQL protocol); and unpauses ``speed_layer_supervisor``, which
+starts the stream. ``down`` stops exactly what ``up`` started (process groups recorded in pid files) and
 the stream.
 """
 
@@ -86,16 +86,18 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     raise RuntimeError(f"airflow did not answer on {url} within {timeout:.0f}s; see {settings.run_dir / 'airflow.log'}")
 
 
-def start_serve(settings: Settings, port: int = 8090, timeout: float = 60) -> str:
-    """Start ``lambdalake serve`` (unless running) and wait until it answers; returns its base URL."""
+def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_port: int | None = None) -> str:
+    """Start ``lambdalake serve`` (unless running; ``pg_port``: its PostgreSQL port, else its
+    default) and wait until it answers; returns its base URL."""
     url = f"http://127.0.0.1:{port}"
     if not _running(settings, "serve"):
-        _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home), "--port", str(port)],
-               dict(os.environ))
+        pg = [] if pg_port is None else ["--pg-port", str(pg_port)]
+        _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home), "--port", str(port),
+                                   *pg], dict(os.environ))
     deadline = time.monotonic() + timeout
     while True:
         try:
-            urllib.request.urlopen(url, timeout=5).close()
+            urllib.request.urlopen(f"{url}/health", timeout=5).close()
             return url
         except OSError:
             if not _running(settings, "serve") or time.monotonic() > deadline:
@@ -118,12 +120,13 @@ def airflow_cli(settings: Settings, port: int, *args: str) -> subprocess.Complet
                           capture_output=True, text=True)
 
 
-def up(settings: Settings, port: int = 8080, serve_port: int = 8090, orders_per_hour: float = 2000.0) -> str:
+def up(settings: Settings, port: int = 8080, serve_port: int = 8090, orders_per_hour: float = 2000.0,
+       pg_port: int | None = None) -> str:
     url = start_airflow(settings, port)
     if not _running(settings, "generator"):
         _spawn(settings, "generator", [str(BIN / "lambdalake"), "generate", "--home", str(settings.home), "--follow",
                                        "--orders-per-hour", str(orders_per_hour)], dict(os.environ))
-    start_serve(settings, serve_port)
+    start_serve(settings, serve_port, pg_port=pg_port)
     deadline = time.monotonic() + 120  # the DAG processor needs a moment to register the DAGs
     while airflow_cli(settings, port, "dags", "unpause", "speed_layer_supervisor").returncode != 0:
         if time.monotonic() > deadline:

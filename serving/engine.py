@@ -5,17 +5,17 @@ Each Delta table's current snapshot is copied into DuckDB (no Spark) and kept cu
 from the batch view when its day is batch-covered, otherwise from the speed view, and carries
 ``source`` (a dimension: the batch's rebuild as of the last covered day, overlaid with the keys
 the stream changed since). The database is read-only for users: one SELECT/WITH statement per query; file
-access, ATTACH, COPY and configuration changes are disabled before any user SQL runs. The CLI
-and the HTTP API both go through :meth:`ServingEngine.query`.
+access, ATTACH, COPY and configuration changes are disabled before any user SQL runs. The CLI,
+the HTTP API and the PostgreSQL wire protocol all go through :meth:`ServingEngine.execute`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import duckdb
@@ -27,7 +27,6 @@ from include import tables
 from include.config import Settings
 from include.registry import ViewSpec, combined_sql
 from include.views import VIEWS
-
 
 
 def merged(view: ViewSpec, batch: str, speed: str) -> str:
@@ -116,13 +115,25 @@ class _Copy:
     schema: pa.Schema
 
 
+FILE_ACCESS = "reading or writing files is not allowed in serving queries"
+
+
 class QueryRefused(ValueError):
     """A query that would write, change state or read files, or that DuckDB rejected; nothing was
-    changed. Its message is one line, the same for the CLI and the HTTP API."""
+    changed. Its message is one line, the same for the CLI, the HTTP API and the PostgreSQL wire
+    protocol; ``reason`` (``not_read_only``, ``file_access`` or ``invalid``) is what metrics count."""
+
+    def __init__(self, message: str, reason: str = "invalid") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class QueryTimeout(RuntimeError):
     """A query that ran past the engine's time limit and was cancelled."""
+
+
+class QueryCancelled(RuntimeError):
+    """A query its client cancelled while it ran (a PostgreSQL client's cancel request)."""
 
 
 class ServingEngine:
@@ -150,6 +161,7 @@ class ServingEngine:
         self.connection.execute("SET GLOBAL TimeZone = 'UTC'")  # global: each query's cursor is a new session
         self.connection.execute(f"CREATE SCHEMA {LOADED}")
         self._lock = threading.Lock()  # one refresh at a time
+        self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         with self._transaction():
             self._copies = {relation: self._load(relation, snapshot, None)
@@ -224,6 +236,7 @@ class ServingEngine:
         if self.as_of is not None:
             return []
         with self._lock:
+            checked_at = datetime.now(timezone.utc)
             changed: dict[str, DeltaTable] = {}
             for relation, snapshot in self._snapshots.items():
                 if snapshot is None:
@@ -237,48 +250,119 @@ class ServingEngine:
                     copies = {relation: self._load(relation, snapshot, self._copies[relation])
                               for relation, snapshot in changed.items()}
                 self._copies.update(copies)
+            self.current_at = checked_at
             return list(changed)
 
     # ---- answering -----------------------------------------------------------------------------
-    def query(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Run one read-only query; returns column names and rows. Raises :class:`QueryRefused`
-        for anything but one valid SELECT/WITH statement over what is served, and
-        :class:`QueryTimeout` past ``query_timeout`` seconds."""
+    def execute(self, sql: str, params: Sequence[Any] | None = None, max_rows: int | None = None,
+                on_start: Callable[[Callable[[], None]], None] | None = None) -> Result:
+        """Run one read-only query (``$1``-style ``params``) and return at most ``max_rows`` rows.
+        Raises :class:`QueryRefused` for anything but one valid SELECT/WITH statement over what is
+        served, and :class:`QueryTimeout` past ``query_timeout`` seconds. ``on_start`` receives a
+        function that cancels the query from another thread (:class:`QueryCancelled`)."""
         cursor = self.connection.cursor()
+        timed_out = threading.Event()
+
+        def time_limit() -> None:
+            timed_out.set()
+            cursor.interrupt()
+
+        timer = threading.Timer(self.query_timeout, time_limit) if self.query_timeout else None
+        if on_start:
+            on_start(cursor.interrupt)
         try:
-            statements = cursor.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise QueryRefused(_first_line(exc)) from None
-        if len(statements) != 1:
-            raise QueryRefused(f"exactly one statement per query, got {len(statements)}")
-        kind = statements[0].type
-        if kind != duckdb.StatementType.SELECT:
-            raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}")
-        timer = threading.Timer(self.query_timeout, cursor.interrupt) if self.query_timeout else None
-        try:
+            relation = self._relation(cursor, sql, params)
+            if max_rows is not None:  # one row more than the cap says whether rows were left out
+                relation = relation.limit(max_rows + 1)
             if timer:
                 timer.start()
-            result = cursor.execute(sql)
-            columns = [column[0] for column in result.description]
-            return columns, result.fetchall()
-        except duckdb.PermissionException:
-            raise QueryRefused("reading or writing files is not allowed in serving queries") from None
+            table = relation.to_arrow_table()
+            truncated = max_rows is not None and table.num_rows > max_rows
+            return Result(relation.columns, [str(kind) for kind in relation.types],
+                          table.slice(0, max_rows) if truncated else table, truncated)
         except duckdb.InterruptException:
+            if not timed_out.is_set():
+                raise QueryCancelled("canceling statement due to user request") from None
             raise QueryTimeout(f"query cancelled after the {self.query_timeout:g} s time limit") from None
-        except duckdb.Error as exc:  # a mistake in the SQL: its first line says which
+        except duckdb.PermissionException:
+            raise QueryRefused(FILE_ACCESS, "file_access") from None
+        except duckdb.Error as exc:  # e.g. a cast that fails on a row: its first line says which
             raise QueryRefused(_first_line(exc)) from None
         finally:
             if timer:
                 timer.cancel()
             cursor.close()
 
+    def describe(self, sql: str, parameters: int = 0) -> tuple[list[str], list[str]]:
+        """The column names and DuckDB types ``sql`` would answer, without running it (its
+        ``parameters`` bound to NULL): what a PostgreSQL client asks when it prepares a statement."""
+        cursor = self.connection.cursor()
+        try:
+            relation = self._relation(cursor, sql, [None] * parameters if parameters else None)
+            return relation.columns, [str(kind) for kind in relation.types]
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _relation(cursor: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None) -> duckdb.DuckDBPyRelation:
+        """The guard: ``sql`` bound as a relation if it is exactly one SELECT/WITH statement."""
+        try:
+            statements = cursor.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise QueryRefused(_first_line(exc)) from None
+        if len(statements) != 1:
+            raise QueryRefused(f"exactly one statement per query, got {len(statements)}", "not_read_only")
+        kind = statements[0].type
+        if kind != duckdb.StatementType.SELECT:
+            raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}", "not_read_only")
+        try:
+            return cursor.sql(statements[0].query, params=list(params) if params else None)
+        except duckdb.PermissionException:
+            raise QueryRefused(FILE_ACCESS, "file_access") from None
+        except duckdb.Error as exc:  # a mistake in the SQL: its first line says which
+            raise QueryRefused(_first_line(exc)) from None
+
+    def query(self, sql: str, max_rows: int | None = None) -> tuple[list[str], list[tuple]]:
+        """Run one read-only query (as :meth:`execute`); returns column names and rows."""
+        result = self.execute(sql, max_rows=max_rows)
+        return result.columns, result.rows()
+
     def version(self, relation: str) -> int | None:
         """The Delta version served for ``relation`` (None: the table does not exist yet)."""
         return self._copies[relation].version
 
-    def rows(self, sql: str) -> list[dict[str, Any]]:
-        columns, rows = self.query(sql)
+    def rows(self, sql: str, max_rows: int | None = None) -> list[dict[str, Any]]:
+        columns, rows = self.query(sql, max_rows)
         return [dict(zip(columns, row)) for row in rows]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's answer: its columns with their DuckDB types, and its rows as Arrow (compact
+    and columnar, so a capped result is small in memory; each protocol encodes it in slices)."""
+
+    columns: list[str]
+    types: list[str]  # DuckDB's names: 'BIGINT', 'TIMESTAMP WITH TIME ZONE', 'DECIMAL(18,3)', ...
+    table: pa.Table
+    truncated: bool  # rows past the row cap were left out
+
+    def rows(self, start: int = 0, length: int | None = None) -> list[tuple]:
+        """Rows as Python values (intervals as timedelta, as DuckDB gives them)."""
+        part = self.table.slice(start, length)
+        columns = [[_python(value) for value in column.to_pylist()] if _is_interval(column.type)
+                   else column.to_pylist() for column in part.columns]
+        return list(zip(*columns)) if columns else [() for _ in range(part.num_rows)]
+
+
+def _is_interval(kind: pa.DataType) -> bool:
+    return kind == pa.month_day_nano_interval()
+
+
+def _python(value: Any) -> Any:
+    """An Arrow interval as DuckDB's own Python conversion gives it (a month counted as 30 days)."""
+    if value is None:
+        return None
+    return timedelta(days=value.months * 30 + value.days, microseconds=value.nanoseconds // 1000)
 
 
 def _committed_at(commit: dict[str, Any]) -> datetime:

@@ -215,3 +215,10 @@ def test_every_command_is_one_the_cli_accepts(services):
         parser.parse_args(args[1:])  # exits on an unknown option
     init = services["airflow-init"]["command"]
     assert "airflow db migrate" in init[-1] and shlex.split(init[-1].splitlines()[1])[0] == "airflow"
+
+
+def test_serve_answers_postgres_clients_and_is_health_checked_on_its_health_endpoint(services):
+    serve = services["serve"]
+    pg_port = serve["command"][serve["command"].index("--pg-port") + 1]
+    assert f"{pg_port}:{pg_port}" in serve["ports"]
+    assert serve["healthcheck"]["test"][-1].endswith("http://localhost:8090/health")

@@ -27,7 +27,7 @@ SPARK_MODULES = "sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark',
 def test_serving_imports_no_pyspark():
     imported = run_python(
         "import json, sys\n"
-        "import serving.http, serving.status, serving.engine, serving.history, lambdalake.cli\n"
+        "import serving.http, serving.pgwire, serving.status, serving.engine, serving.history, lambdalake.cli\n"
         f"assert serving.engine.__file__.startswith({str(PROJECT)!r}), serving.engine.__file__\n"
         "assert 'pyspark' not in sys.modules\n"
         f"print(json.dumps({SPARK_MODULES}))\n"
@@ -49,6 +49,7 @@ def test_status_and_the_http_api_run_without_pyspark(tmp_path):
         "    answer = client.post('/api/query', json={'sql': 'SELECT * FROM revenue_by_category_5m'}, headers=auth)\n"
         "    assert answer.status_code == 200 and answer.json() == [], answer.text\n"
         "assert main(['status', '--home', home]) == 0\n"
+        "assert main(['status', '--check', '--home', home]) == 1  # the stream was never started\n"
         f"print(json.dumps({SPARK_MODULES}))\n",
         str(tmp_path / "home"),
     )
