@@ -487,7 +487,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     server = client = None
     if args.client == "http":
         port, token = free_port(), secrets.token_urlsafe(32)
-        server = Service("serve", [LAMBDALAKE, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        server = Service("serve", [LAMBDALAKE, "serve", "--host", "127.0.0.1", "--port", str(port), "--pg-port", "0"],
                          {**env, "LAMBDALAKE_SERVE_TOKEN": token}, settings.run_dir)
         client = HttpClient(port, token)
     services = [service for service in (stream, server) if service]

@@ -224,9 +224,11 @@ class ViewSpec:
     @property
     def in_ingest_pass(self) -> bool:
         """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py;
-        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up, or it says how the pass keeps it
-        (``incremental``)."""
-        return self.speed.partials is not None or self.speed.incremental is not None
+        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up and it looks up no dimension, or it
+        says how the pass keeps it (``incremental``). A view that looks one up keeps a query of its
+        own, which ``--available-now`` runs once ingest is done: a backlog's orders are enriched
+        after every change in it is applied, not as of their micro-batch."""
+        return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
 
     @property
     def merge_on(self) -> tuple[str, ...]:

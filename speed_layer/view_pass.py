@@ -31,7 +31,6 @@ from include.lakehouse.base import sql_literal
 from include.registry import (
     ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, struct,
 )
-from include.views import VIEWS_BY_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -99,9 +98,7 @@ class ViewPass:
 
     def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec]) -> None:
         self.settings, self.store = settings, store
-        # Dimensions first: a view that looks one up waits for its write (see writes()).
-        self.computed = sorted((view for view in views if view.in_ingest_pass),
-                               key=lambda view: view.kind != "dimension")
+        self.computed = [view for view in views if view.in_ingest_pass]
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
 
@@ -113,29 +110,22 @@ class ViewPass:
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
         topics is left out)."""
-        writes, done = {}, {}
+        writes = {}
         step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
             if view.speed.incremental:
-                write = partial(self._keep, view, step)
+                writes[view.speed_table] = partial(self._keep, view, step)
             else:
                 inputs = {topic: batch.events(topic) for topic in view.inputs}
-                write = partial(self._add_partials, view, inputs, batch.txn)
-            # A dimension's table is looked up as this micro-batch leaves it (a replay finds it so too).
-            # The writes are started in this order, so a dimension's starts before any that waits for it.
-            waits = [done[VIEWS_BY_NAME[name].speed_table] for name in view.lookups
-                     if VIEWS_BY_NAME[name].speed_table in done]
-            done[view.speed_table] = threading.Event()
-            writes[view.speed_table] = partial(_in_order, waits, write, done[view.speed_table])
+                writes[view.speed_table] = partial(self._add_partials, view, inputs, batch.txn)
         return writes
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
         store, columns = self.store, column_names(view.speed_fields)
         if store.is_committed(view.speed_table, txn):
             return
-        inputs |= {name: store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}
         computed = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns)
         if view.speed.partials.merged == "read":
             store.append(view.speed_table, computed, txn)
@@ -171,16 +161,6 @@ class ViewPass:
             return
         rows = view.speed.incremental(step).select(*column_names(view.speed_fields))
         merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
-
-
-def _in_order(waits: list[threading.Event], write: Callable[[], None], done: threading.Event) -> None:
-    """Run ``write`` once the writes it waits for are done; then say it is done (failed too)."""
-    try:
-        for event in waits:
-            event.wait()
-        write()
-    finally:
-        done.set()
 
 
 def read_stored(store: LakehouseStore, table: str, fields: str, where: str, column: str | None = None,

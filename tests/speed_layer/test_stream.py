@@ -67,9 +67,8 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
     dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
     in_pass = [name for name, view in VIEWS_BY_NAME.items() if view.in_ingest_pass]
     assert sorted(in_pass) == ["customers", "customers_history", "device_health_5m", "order_payments",
-                               "revenue_by_category_5m", "revenue_by_segment_1h", "traffic_by_page_10m",
-                               "user_sessions"]
-    assert (dimensions, facts) == ({}, {"speed_alerts": ANY})
+                               "revenue_by_category_5m", "traffic_by_page_10m", "user_sessions"]
+    assert (dimensions, facts) == ({}, {"speed_alerts": ANY, "speed_revenue_by_segment_1h": ANY})
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
     assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_alerts": ANY}]
     queries = chosen.model_copy(update={"one_pass": False})  # the views of the pass as queries of their own
@@ -360,7 +359,8 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
     assert copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
     assert triggers["speed_alerts"] == "ProcessingTimeTrigger(3600000)"
-    assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_alerts"}  # ingest computes the other views
+    assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_alerts", "speed_revenue_by_segment_1h"}
+    assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
     assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
     assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
     shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
