@@ -12,10 +12,11 @@ the HTTP API and the PostgreSQL wire protocol all go through :meth:`ServingEngin
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import duckdb
@@ -69,6 +70,10 @@ def speed_relation(view: ViewSpec) -> str:
 def batch_relation(view: ViewSpec) -> str:
     return f"_batch_{view.name}"
 
+
+# Arrow from a cursor's result copies the rows once more than from a relation; the rows are at
+# most the row cap, while a relation costs a second parse and bind (~2.5 ms a query).
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 # Relation name in DuckDB -> (lakehouse table, its declared fields: the schema when it does not exist yet)
 SOURCES = {
@@ -255,11 +260,12 @@ class ServingEngine:
 
     # ---- answering -----------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None, max_rows: int | None = None,
-                on_start: Callable[[Callable[[], None]], None] | None = None) -> Result:
-        """Run one read-only query (``$1``-style ``params``) and return at most ``max_rows`` rows.
-        Raises :class:`QueryRefused` for anything but one valid SELECT/WITH statement over what is
-        served, and :class:`QueryTimeout` past ``query_timeout`` seconds. ``on_start`` receives a
-        function that cancels the query from another thread (:class:`QueryCancelled`)."""
+                on_start: Callable[[Callable[[], None]], None] | None = None, arrow: bool = False) -> Result:
+        """Run one read-only query (``$1``-style ``params``) and return at most ``max_rows`` rows,
+        as Python tuples or (``arrow``) an Arrow table. Raises :class:`QueryRefused` for anything
+        but one valid SELECT/WITH statement over what is served, and :class:`QueryTimeout` past
+        ``query_timeout`` seconds. ``on_start`` receives a function that cancels the query from
+        another thread (:class:`QueryCancelled`)."""
         cursor = self.connection.cursor()
         timed_out = threading.Event()
 
@@ -271,22 +277,24 @@ class ServingEngine:
         if on_start:
             on_start(cursor.interrupt)
         try:
-            relation = self._relation(cursor, sql, params)
-            if max_rows is not None:  # one row more than the cap says whether rows were left out
-                relation = relation.limit(max_rows + 1)
+            query = _one_select(cursor, sql)
+            if max_rows is not None:  # in the query, so DuckDB stops early (a top-N for an ORDER BY);
+                query = f"SELECT * FROM (\n{query}\n) LIMIT {max_rows + 1}"  # one more row tells it was cut
             if timer:
                 timer.start()
-            table = relation.to_arrow_table()
-            truncated = max_rows is not None and table.num_rows > max_rows
-            return Result(relation.columns, [str(kind) for kind in relation.types],
-                          table.slice(0, max_rows) if truncated else table, truncated)
+            result = cursor.execute(query, list(params) if params else None)
+            columns = [(name, str(kind)) for name, kind, *_ in result.description]
+            rows = result.to_arrow_table() if arrow else result.fetchall()
+            truncated = max_rows is not None and len(rows) > max_rows
+            return Result([name for name, _ in columns], [kind for _, kind in columns],
+                          rows[:max_rows] if truncated else rows, truncated)
         except duckdb.InterruptException:
             if not timed_out.is_set():
                 raise QueryCancelled("canceling statement due to user request") from None
             raise QueryTimeout(f"query cancelled after the {self.query_timeout:g} s time limit") from None
         except duckdb.PermissionException:
             raise QueryRefused(FILE_ACCESS, "file_access") from None
-        except duckdb.Error as exc:  # e.g. a cast that fails on a row: its first line says which
+        except duckdb.Error as exc:  # a mistake in the SQL, or a cast that fails on a row: its first line says which
             raise QueryRefused(_first_line(exc)) from None
         finally:
             if timer:
@@ -298,34 +306,19 @@ class ServingEngine:
         ``parameters`` bound to NULL): what a PostgreSQL client asks when it prepares a statement."""
         cursor = self.connection.cursor()
         try:
-            relation = self._relation(cursor, sql, [None] * parameters if parameters else None)
+            relation = cursor.sql(_one_select(cursor, sql), params=[None] * parameters if parameters else None)
             return relation.columns, [str(kind) for kind in relation.types]
-        finally:
-            cursor.close()
-
-    @staticmethod
-    def _relation(cursor: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] | None) -> duckdb.DuckDBPyRelation:
-        """The guard: ``sql`` bound as a relation if it is exactly one SELECT/WITH statement."""
-        try:
-            statements = cursor.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise QueryRefused(_first_line(exc)) from None
-        if len(statements) != 1:
-            raise QueryRefused(f"exactly one statement per query, got {len(statements)}", "not_read_only")
-        kind = statements[0].type
-        if kind != duckdb.StatementType.SELECT:
-            raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}", "not_read_only")
-        try:
-            return cursor.sql(statements[0].query, params=list(params) if params else None)
         except duckdb.PermissionException:
             raise QueryRefused(FILE_ACCESS, "file_access") from None
-        except duckdb.Error as exc:  # a mistake in the SQL: its first line says which
+        except duckdb.Error as exc:
             raise QueryRefused(_first_line(exc)) from None
+        finally:
+            cursor.close()
 
     def query(self, sql: str, max_rows: int | None = None) -> tuple[list[str], list[tuple]]:
         """Run one read-only query (as :meth:`execute`); returns column names and rows."""
         result = self.execute(sql, max_rows=max_rows)
-        return result.columns, result.rows()
+        return result.columns, result.rows
 
     def version(self, relation: str) -> int | None:
         """The Delta version served for ``relation`` (None: the table does not exist yet)."""
@@ -338,31 +331,38 @@ class ServingEngine:
 
 @dataclass(frozen=True)
 class Result:
-    """A query's answer: its columns with their DuckDB types, and its rows as Arrow (compact
-    and columnar, so a capped result is small in memory; each protocol encodes it in slices)."""
+    """A query's answer: its columns with their DuckDB types, and at most the row cap of rows,
+    as Python tuples (what DuckDB's ``fetchall`` gives) or as an Arrow table when asked for it."""
 
     columns: list[str]
     types: list[str]  # DuckDB's names: 'BIGINT', 'TIMESTAMP WITH TIME ZONE', 'DECIMAL(18,3)', ...
-    table: pa.Table
+    rows: list[tuple] | pa.Table
     truncated: bool  # rows past the row cap were left out
 
-    def rows(self, start: int = 0, length: int | None = None) -> list[tuple]:
-        """Rows as Python values (intervals as timedelta, as DuckDB gives them)."""
-        part = self.table.slice(start, length)
-        columns = [[_python(value) for value in column.to_pylist()] if _is_interval(column.type)
-                   else column.to_pylist() for column in part.columns]
-        return list(zip(*columns)) if columns else [() for _ in range(part.num_rows)]
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)
 
 
-def _is_interval(kind: pa.DataType) -> bool:
-    return kind == pa.month_day_nano_interval()
-
-
-def _python(value: Any) -> Any:
-    """An Arrow interval as DuckDB's own Python conversion gives it (a month counted as 30 days)."""
-    if value is None:
-        return None
-    return timedelta(days=value.months * 30 + value.days, microseconds=value.nanoseconds // 1000)
+def _one_select(cursor: duckdb.DuckDBPyConnection, sql: str) -> str:
+    """The guard: ``sql`` if it is exactly one SELECT/WITH statement (without what trails it:
+    semicolons and comments, so that it can stand inside a subquery), else :class:`QueryRefused`."""
+    try:
+        statements = cursor.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryRefused(_first_line(exc)) from None
+    if len(statements) != 1:
+        raise QueryRefused(f"exactly one statement per query, got {len(statements)}", "not_read_only")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryRefused(f"only SELECT/WITH queries are allowed, got {kind.name}", "not_read_only")
+    query, end = statements[0].query, len(statements[0].query)
+    for position, token in reversed(duckdb.tokenize(query)):
+        if token == duckdb.token_type.comment or (token == duckdb.token_type.operator and query[position] == ";"):
+            end = position
+        else:
+            break
+    return query[:end]
 
 
 def _committed_at(commit: dict[str, Any]) -> datetime:

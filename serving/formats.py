@@ -37,15 +37,15 @@ def encode(result: Result, fmt: str, envelope: bool = False) -> Iterator[bytes]:
 
 
 def _slices(result: Result) -> Iterator[tuple[int, int]]:
-    for start in range(0, result.table.num_rows, SLICE_ROWS):
-        yield start, min(SLICE_ROWS, result.table.num_rows - start)
+    for start in range(0, result.row_count, SLICE_ROWS):
+        yield start, start + SLICE_ROWS
 
 
 def _json_rows(result: Result) -> Iterator[bytes]:
     yield b"["
     separator = ""
-    for start, length in _slices(result):
-        rows = [dict(zip(result.columns, row)) for row in result.rows(start, length)]
+    for start, end in _slices(result):
+        rows = [dict(zip(result.columns, row)) for row in result.rows[start:end]]
         yield (separator + json_rows(rows)[1:-1]).encode()
         separator = ","
     yield b"]"
@@ -55,29 +55,30 @@ def _envelope(result: Result) -> Iterator[bytes]:
     columns = [{"name": name, "type": kind} for name, kind in zip(result.columns, result.types)]
     yield f'{{"columns":{json.dumps(columns, separators=(",", ":"))},"rows":['.encode()
     separator = ""
-    for start, length in _slices(result):
-        rows = [[jsonable(value) for value in row] for row in result.rows(start, length)]
+    for start, end in _slices(result):
+        rows = [[jsonable(value) for value in row] for row in result.rows[start:end]]
         yield (separator + json.dumps(rows, default=str, separators=(",", ":"))[1:-1]).encode()
         separator = ","
-    yield f'],"row_count":{result.table.num_rows},"truncated":{json.dumps(result.truncated)}}}'.encode()
+    yield f'],"row_count":{result.row_count},"truncated":{json.dumps(result.truncated)}}}'.encode()
 
 
 def _csv(result: Result) -> Iterator[bytes]:
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(result.columns)
-    for start, length in [(0, 0), *_slices(result)]:
-        writer.writerows([jsonable(value) for value in row] for row in result.rows(start, length))
+    for start, end in [(0, 0), *_slices(result)]:
+        writer.writerows([jsonable(value) for value in row] for row in result.rows[start:end])
         yield buffer.getvalue().encode()
         buffer.seek(0)
         buffer.truncate()
 
 
 def _arrow(result: Result) -> Iterator[bytes]:
-    schema = result.table.schema.with_metadata({"lambdalake.truncated": json.dumps(result.truncated)})
+    table = result.rows  # asked for as Arrow
+    schema = table.schema.with_metadata({"lambdalake.truncated": json.dumps(result.truncated)})
     sink = _Chunks()
     with pa.ipc.new_stream(sink, schema) as writer:
-        for batch in result.table.to_batches(max_chunksize=SLICE_ROWS):
+        for batch in table.to_batches(max_chunksize=SLICE_ROWS):
             writer.write_batch(batch)
             yield sink.take()
     yield sink.take()

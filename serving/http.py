@@ -222,10 +222,10 @@ def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
     app.add_middleware(RequireToken, token=token, metrics_open_on_localhost=settings.metrics_open_on_localhost)
     app.add_middleware(CountRequests, metrics=metrics)  # the outermost: it also counts the 401s
 
-    def run_query(sql: str) -> Result:
+    def run_query(sql: str, arrow: bool) -> Result:
         def limited() -> Result:
             with slots.hold():
-                return engine.execute(sql, max_rows=settings.max_result_rows)
+                return engine.execute(sql, max_rows=settings.max_result_rows, arrow=arrow)
 
         return metrics.observe("http", limited)
 
@@ -246,7 +246,7 @@ def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
             metrics.refused.labels("http", "bad_request").inc()
             return _error(400, 'the body must be JSON {"sql": "SELECT ..."}')
         try:
-            result = await anyio.to_thread.run_sync(run_query, sql, limiter=query_threads)
+            result = await anyio.to_thread.run_sync(run_query, sql, fmt == "arrow", limiter=query_threads)
         except QueryRefused as exc:
             return _error(400, str(exc))
         except QueryTimeout as exc:
@@ -256,7 +256,7 @@ def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
         headers = {TRUNCATED_HEADER: "true" if result.truncated else "false",
                    MAX_ROWS_HEADER: str(settings.max_result_rows)}
         chunks = encode(result, fmt, envelope)
-        if result.table.num_rows <= SLICE_ROWS:  # one slice: a plain response costs less than a stream
+        if result.row_count <= SLICE_ROWS:  # one slice: a plain response costs less than a stream
             return Response(b"".join(chunks), media_type=MEDIA_TYPES[fmt], headers=headers)
         return StreamingResponse(chunks, media_type=MEDIA_TYPES[fmt], headers=headers)
 

@@ -69,7 +69,7 @@ class ServingMetrics:
             self._refused(protocol, "busy", "busy", started)
             raise
         self.queries.labels(protocol, "ok").observe(time.perf_counter() - started)
-        self.rows.labels(protocol).inc(result.table.num_rows)
+        self.rows.labels(protocol).inc(result.row_count)
         if result.truncated:
             self.truncated.labels(protocol).inc()
         return result

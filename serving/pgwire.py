@@ -38,7 +38,6 @@ from decimal import Decimal
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 from buenavista import core, postgres
 
 from include.config import Settings
@@ -196,7 +195,7 @@ class Answer(core.QueryResult):
         self.names = columns
         self.pg_types = [pg_type(kind) for kind in types]
         self.result = result
-        self._rows = _slices(result) if result is not None else iter(())
+        self._rows = iter(result.rows if result is not None else ())
 
     def has_results(self) -> bool:
         return True
@@ -226,11 +225,6 @@ class Status(core.QueryResult):
 
     def status(self) -> str:
         return self.tag
-
-
-def _slices(result: Result, size: int = 2000) -> Iterator[tuple]:
-    for start in range(0, result.table.num_rows, size):
-        yield from result.rows(start, size)
 
 
 # ---- catalog queries ------------------------------------------------------------------------
@@ -361,8 +355,7 @@ class PgService(core.Connection):
                   "max_identifier_length": "63"}
         if name.lower() in known:
             column = "transaction_isolation" if name.lower().startswith("transaction isolation") else name.lower()
-            table = pa.table({column: [known[name.lower()]]})
-            return Answer([column], ["VARCHAR"], Result([column], ["VARCHAR"], table, False))
+            return Answer([column], ["VARCHAR"], Result([column], ["VARCHAR"], [(known[name.lower()],)], False))
         try:
             return self.query(sql, params)
         except QueryRefused:
@@ -480,6 +473,7 @@ class EngineHandler(postgres.BuenaVistaHandler):
         except Exception as exc:
             self.send_error(exc, ctx)
             return
+        ctx.result_cache.pop(portal, None)  # what a Describe of the portal's previous binding ran
         ctx.add_portal(portal, statement, params, result_formats)
         self.send_bind_complete()
 

@@ -90,6 +90,24 @@ def test_types_arrive_as_python_types(pg):
     assert str(day) == "2026-11-20" and yes is True and str(exact) == "1.25"
 
 
+def test_binary_results_read_as_the_text_ones(pg):
+    sql = ("SELECT 7::SMALLINT AS small, 1::INTEGER AS i, 2::BIGINT AS big, 2.5::DOUBLE AS f, 'x' AS s, "
+           "true AS b, DATE '2026-11-20' AS d, TIMESTAMPTZ '2026-11-20 10:00:00.25+00' AS t, "
+           "TIMESTAMP '2026-11-20 10:00' AS naive")
+    assert pg.cursor(binary=True).execute(sql).fetchone() == pg.execute(sql).fetchone()
+    with pytest.raises(psycopg.errors.ProtocolViolation, match="cannot be sent in binary"):
+        pg.cursor(binary=True).execute("SELECT 1.5::DECIMAL(4,2) AS exact")
+    assert pg.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_prepared_statement_is_described_without_running(pg):
+    pg.pgconn.prepare(b"late_by_topic", b"SELECT topic, lateness_seconds FROM late_events WHERE topic = $1", [25])
+    described = pg.pgconn.describe_prepared(b"late_by_topic")
+    assert described.status == psycopg.pq.ExecStatus.COMMAND_OK, described.error_message
+    assert (described.nparams, described.nfields) == (1, 2)
+    assert [described.fname(0), described.ftype(0), described.ftype(1)] == [b"topic", 25, 701]
+
+
 def test_a_parameterised_query(server, pg):
     url, _ = server
     status = over_http(url, "SELECT status FROM order_payments GROUP BY status ORDER BY count(*) DESC LIMIT 1")[0]
