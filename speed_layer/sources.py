@@ -66,18 +66,25 @@ def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str
     return streams
 
 
-def kafka_unavailable_reason() -> str | None:
-    """None when Spark's Kafka connector is on the classpath; otherwise why not."""
+def kafka_unavailable_reason(settings: Settings | None = None) -> str | None:
+    """None when Spark's Kafka connector is on the classpath (pyspark's jars or
+    ``LAMBDALAKE_SPARK_JARS``); otherwise why not."""
     import zipfile
     from pathlib import Path
 
     import pyspark
 
-    for jar in (Path(pyspark.__file__).parent / "jars").glob("spark-sql-kafka*.jar"):
-        with zipfile.ZipFile(jar) as archive:
-            if KAFKA_PROVIDER_CLASS in archive.namelist():
-                return None
-    return "the Spark-Kafka connector (spark-sql-kafka) is not on Spark's classpath and Maven is unreachable here"
+    jars = list((Path(pyspark.__file__).parent / "jars").glob("spark-sql-kafka*.jar"))
+    if settings is not None:
+        jars += [Path(jar.strip()) for jar in settings.spark_jars.split(",") if "spark-sql-kafka" in jar]
+    for jar in jars:
+        try:
+            with zipfile.ZipFile(jar) as archive:
+                if KAFKA_PROVIDER_CLASS in archive.namelist():
+                    return None
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return "the Spark-Kafka connector (spark-sql-kafka) is not on Spark's classpath"
 
 
 def kafka_source(spark: SparkSession, settings: Settings, topics: Sequence[str] = TOPIC_NAMES) -> dict[str, DataFrame]:
@@ -137,7 +144,7 @@ def rate_source(spark: SparkSession, settings: Settings) -> dict[str, DataFrame]
 def open_source(spark: SparkSession, settings: Settings, available_now: bool = False) -> dict[str, DataFrame]:
     """The configured event source (``LAMBDALAKE_EVENT_SOURCE``): a raw stream per topic."""
     if settings.event_source == "kafka":
-        reason = kafka_unavailable_reason()
+        reason = kafka_unavailable_reason(settings)
         if reason:
             raise RuntimeError(f"event source 'kafka' cannot run here: {reason}")
         return kafka_source(spark, settings)

