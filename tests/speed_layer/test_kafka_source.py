@@ -25,6 +25,7 @@ import pytest
 from include import tables
 from include.accounting import ingest_totals
 from include.generator import TrafficOptions, generate
+from include.heartbeat import read_heartbeat
 from include.lakehouse import open_store
 from include.schemas import TOPIC_NAMES
 from speed_layer.runner import run_stream
@@ -69,8 +70,16 @@ def kafka_offsets(checkpoint: Path) -> dict:
     return positions
 
 
-def committed_batches(checkpoint: Path) -> int:
-    return len(list((checkpoint / "commits").glob("[0-9]*")))
+def behind(settings, query: str = "speed_ingest") -> int | None:
+    """The records waiting on Kafka for ``query``, as the stream's heartbeat last reported them."""
+    beat = read_heartbeat(settings.run_dir) or {}
+    return beat.get("queries", {}).get(query, {}).get("records_behind")
+
+
+def running_here(settings) -> bool:
+    """This process's stream has started its queries (not the heartbeat a killed one left)."""
+    beat = read_heartbeat(settings.run_dir) or {}
+    return beat.get("pid") == os.getpid() and beat.get("state") == "running"
 
 
 def truth(result, name: str) -> list[dict]:
@@ -94,7 +103,7 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     settings = settings.model_copy(update={
         "event_source": "kafka", "kafka_bootstrap_servers": kafka.bootstrap_servers, "kafka_partitions": PARTITIONS,
         "spark_jars": spark.conf.get("spark.jars", ""), "max_line_bytes": MAX_LINE_BYTES,
-        "max_offsets_per_trigger": 150, "speed_views": VIEWS,
+        "max_offsets_per_trigger": 150, "speed_views": VIEWS,  # small: the stream is killed mid-way
     })
     reason = kafka_unavailable_reason(settings)
     if reason:
@@ -103,7 +112,7 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     fresh_topics(kafka.bootstrap_servers)
     options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
                              late_beyond=timedelta(minutes=30))
-    result = generate(settings, START, 2, options, seed=31, file_minutes=15, progress=False, sink="kafka")
+    result = generate(settings, START, 1, options, seed=31, file_minutes=15, progress=False, sink="kafka")
     ingest_checkpoint = settings.checkpoints_dir / "speed_ingest"
 
     # 1. `lambdalake stream --source kafka` in a process of its own, killed with -9 mid-stream.
@@ -117,8 +126,9 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        wait_for(lambda: committed_batches(ingest_checkpoint) >= 2 or victim.poll() is not None, 240,
-                 "the stream's first micro-batches")
+        wait_for(lambda: (behind(settings, "speed_bronze") and (ingest_checkpoint / "offsets" / "0").exists())
+                 or victim.poll() is not None, 600,
+                 "the stream's first micro-batch, and the backlog in its heartbeat")
         assert victim.poll() is None, (settings.run_dir / "spark.log").read_text()[-3000:]
     finally:
         os.killpg(victim.pid, signal.SIGKILL)
@@ -130,8 +140,10 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     lines = sum(counts["lines"] for counts in result.ledger["topics"].values())
     assert 0 < read_before_kill < lines, "killed after it had read everything: the test would prove nothing"
 
-    # 2. Restarted (this process, continuous): the broker goes down and comes back while it runs;
-    # then poison records arrive.
+    # 2. Restarted (this process, continuous, larger micro-batches): the broker goes down as its
+    # queries start (the micro-batch cut short by the kill is replayed from the broker) and comes
+    # back; then poison records arrive.
+    settings = settings.model_copy(update={"max_offsets_per_trigger": 1000})
     stop, failure = threading.Event(), []
 
     def stream() -> None:
@@ -152,13 +164,13 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
         return not failure and all(totals.get(topic) == expected[topic]["lines"] for topic in TOPIC_NAMES)
 
     try:
-        resumed = committed_batches(ingest_checkpoint)
-        wait_for(lambda: committed_batches(ingest_checkpoint) > resumed + 1 or failure, 180, "the restarted stream")
+        wait_for(lambda: running_here(settings) or failure, 600, "the restarted stream's queries")
         kafka.stop()
         time.sleep(5)  # the stream's micro-batches find no broker meanwhile
         kafka.start()
         produce(kafka.bootstrap_servers, "orders", poison)
-        wait_for(lambda: read_everything() or failure, 240, "every record in Bronze", step=2)
+        wait_for(lambda: read_everything() or failure, 600, "every record in Bronze", step=2)
+        wait_for(lambda: behind(settings) == 0 or failure, 600, "the heartbeat to report no backlog")
     finally:
         stop.set()
         runner.join(300)
