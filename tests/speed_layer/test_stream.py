@@ -395,7 +395,7 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
 def test_kafka_source_where_the_connector_loads(spark, settings, request):
     """Generated events produced to a real broker (tansu) and read by Spark's Kafka source:
     every record reaches Bronze once, and Silver + DLQ + duplicates account for it."""
-    reason = kafka_unavailable_reason()
+    reason = kafka_unavailable_reason(settings)
     if reason:
         print(f"SKIP kafka source: {reason}")
         pytest.skip(f"kafka source: {reason}")
