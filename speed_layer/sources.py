@@ -66,25 +66,16 @@ def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str
     return streams
 
 
-def kafka_unavailable_reason(settings: Settings | None = None) -> str | None:
-    """None when Spark's Kafka connector is on the classpath (pyspark's jars or
-    ``LAMBDALAKE_SPARK_JARS``); otherwise why not."""
-    import zipfile
-    from pathlib import Path
+def kafka_unavailable_reason(settings: Settings) -> str | None:
+    """None when Spark's Kafka connector is on the classpath (pyspark/jars, $SPARK_HOME/jars, the
+    Spark packages `make install` fetched, LAMBDALAKE_SPARK_JARS); otherwise why not, and the fix."""
+    from include.spark import jar_with_class, missing_package_reason
 
-    import pyspark
-
-    jars = list((Path(pyspark.__file__).parent / "jars").glob("spark-sql-kafka*.jar"))
-    if settings is not None:
-        jars += [Path(jar.strip()) for jar in settings.spark_jars.split(",") if "spark-sql-kafka" in jar]
-    for jar in jars:
-        try:
-            with zipfile.ZipFile(jar) as archive:
-                if KAFKA_PROVIDER_CLASS in archive.namelist():
-                    return None
-        except (OSError, zipfile.BadZipFile):
-            continue
-    return "the Spark-Kafka connector (spark-sql-kafka) is not on Spark's classpath"
+    if "spark-sql-kafka" in settings.spark_jars_packages:
+        return None  # resolved from Maven when the session starts
+    if jar_with_class(settings, KAFKA_PROVIDER_CLASS, "*spark-sql-kafka*.jar") is not None:
+        return None
+    return missing_package_reason(settings, "the Spark-Kafka connector (spark-sql-kafka)")
 
 
 def kafka_source(spark: SparkSession, settings: Settings, topics: Sequence[str] = TOPIC_NAMES) -> dict[str, DataFrame]:

@@ -102,7 +102,7 @@ def wait_for(condition, timeout: float, what: str, step: float = 0.5) -> None:
 def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(spark, settings, kafka):
     settings = settings.model_copy(update={
         "event_source": "kafka", "kafka_bootstrap_servers": kafka.bootstrap_servers, "kafka_partitions": PARTITIONS,
-        "spark_jars": spark.conf.get("spark.jars", ""), "max_line_bytes": MAX_LINE_BYTES,
+        "max_line_bytes": MAX_LINE_BYTES,
         "max_offsets_per_trigger": 150, "speed_views": VIEWS,  # small: the stream is killed mid-way
     })
     reason = kafka_unavailable_reason(settings)
@@ -118,7 +118,8 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     # 1. `lambdalake stream --source kafka` in a process of its own, killed with -9 mid-stream.
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("LAMBDALAKE_")},
            "LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2",
-           "LAMBDALAKE_SPARK_JARS": settings.spark_jars, "LAMBDALAKE_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
+           "LAMBDALAKE_SPARK_JARS_DIR": str(settings.spark_jars_dir),
+           "LAMBDALAKE_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap_servers,
            "LAMBDALAKE_MAX_OFFSETS_PER_TRIGGER": "150", "LAMBDALAKE_MAX_LINE_BYTES": str(MAX_LINE_BYTES),
            "LAMBDALAKE_SPEED_VIEWS": VIEWS}
     command = [str(Path(sys.executable).parent / "lambdalake"), "stream", "--source", "kafka",
