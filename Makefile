@@ -3,13 +3,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Spark packages of include/spark_jars.py (Delta, the Kafka connector), fetched once beside
+# the environment; include/spark.py finds them there (LAMBDALAKE_SPARK_JARS_DIR).
+SPARK_JARS := $(VENV)/spark-jars
 # The demo runs in its own home and starts from scratch each time; `make up` keeps its own.
 DEMO_HOME := $(CURDIR)/.lambdalake/demo
 PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
 .PHONY: install run test lint lock clean up down cluster-up cluster-down
 
-install: $(STAMP)
+install: $(STAMP) $(SPARK_JARS)/.packages
 
 # Re-runs only when the lock or the project metadata change.
 $(STAMP): requirements/lock.txt pyproject.toml
@@ -18,6 +21,11 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	$(BIN)/uv pip install --quiet --python $(BIN)/python -r requirements/lock.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
+
+# Spark's own resolution from Maven Central, again only when the package list changes. Offline it
+# says in one line that delta-spark and the Kafka source are off, and tries again next time.
+$(SPARK_JARS)/.packages: include/spark_jars.py | $(STAMP)
+	$(BIN)/python include/spark_jars.py --into $(SPARK_JARS) --offline-ok
 
 run: install
 	rm -rf $(DEMO_HOME)

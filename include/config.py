@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from include.spark_jars import default_jars_dir
+
 ENV_PREFIX = "LAMBDALAKE_"
 
 _DURATION = re.compile(
@@ -84,7 +86,10 @@ class Settings(BaseSettings):
     # All streaming state's memory on one executor (RocksDB's block cache and write buffers, shared
     # by every stateful query; the rest stays on disk), so it does not grow with the state.
     state_memory_mb: int = Field(default=512, ge=64)
-    # Comma-separated local jar paths / Maven coordinates; how a cluster puts Delta on the classpath.
+    # Where `make install` fetched the Spark packages of include/spark_jars.py (Delta, the Kafka
+    # connector); every session puts what it holds on spark.jars.
+    spark_jars_dir: Path = Field(default_factory=default_jars_dir, description="the fetched Spark packages")
+    # Comma-separated local jar paths / Maven coordinates, besides those.
     spark_jars: str = ""
     spark_jars_packages: str = ""
     commit_retries: int = Field(default=8, ge=0, description="retries of a conflicting Delta commit")

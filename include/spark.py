@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from include.config import Settings
+from include.spark_jars import cached_jars
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,38 +34,64 @@ G1_REGION_BOUNDS = (1 << 20, 32 << 20)
 UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
-def _candidate_jars(settings: Settings) -> list[Path]:
+def cached_spark_jars(settings: Settings) -> list[Path]:
+    """The jars ``make install`` fetched into ``settings.spark_jars_dir`` (the packages of
+    :mod:`include.spark_jars`: Delta, the Kafka connector); empty when they were not fetched."""
+    return cached_jars(settings.spark_jars_dir)
+
+
+def session_jars(settings: Settings) -> list[str]:
+    """What a session puts on ``spark.jars``: the fetched packages, then ``LAMBDALAKE_SPARK_JARS``."""
+    jars = [str(jar) for jar in cached_spark_jars(settings)]
+    return jars + [jar.strip() for jar in settings.spark_jars.split(",") if jar.strip()]
+
+
+def jar_with_class(settings: Settings, class_file: str, pattern: str) -> Path | None:
+    """The first jar on this platform's class path (pyspark/jars, $SPARK_HOME/jars, the fetched
+    packages, LAMBDALAKE_SPARK_JARS) whose name matches ``pattern`` and that holds ``class_file``."""
     import pyspark
 
     folders = [Path(pyspark.__file__).parent / "jars"]
     if os.environ.get("SPARK_HOME"):
         folders.append(Path(os.environ["SPARK_HOME"]) / "jars")
-    jars = [jar for folder in folders if folder.is_dir() for jar in folder.glob("delta*.jar")]
-    jars += [Path(jar.strip()) for jar in settings.spark_jars.split(",") if jar.strip()]
-    return jars
+    jars = [jar for folder in folders if folder.is_dir() for jar in folder.glob(pattern)]
+    jars += [Path(jar) for jar in session_jars(settings) if Path(jar).match(pattern)]
+    for jar in jars:
+        try:
+            with zipfile.ZipFile(jar) as archive:
+                if class_file in archive.namelist():
+                    return jar
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return None
+
+
+def missing_package_reason(settings: Settings, what: str) -> str:
+    """Why ``what`` (a package of include/spark_jars.py) is not on Spark's class path, and the fix."""
+    folder = settings.spark_jars_dir
+    fetched = "not fetched" if not cached_spark_jars(settings) else "fetched without it"
+    return (f"{what} is not on Spark's class path: the Spark packages in {folder} are {fetched} "
+            f"(`make install` fetches them from Maven Central, or `python include/spark_jars.py --into {folder}`; "
+            f"or put the jar in $SPARK_HOME/jars or LAMBDALAKE_SPARK_JARS)")
 
 
 def delta_spark_unavailable_reason(settings: Settings) -> str | None:
-    """None when Spark can load the Delta classes; otherwise why it cannot."""
+    """None when Spark can load the Delta classes; otherwise why it cannot, and the fix."""
     if "delta-spark" in settings.spark_jars_packages:
         return None  # resolved from Maven when the session starts
-    for jar in _candidate_jars(settings):
-        try:
-            with zipfile.ZipFile(jar) as archive:
-                if DELTA_TABLE_CLASS in archive.namelist():
-                    return None
-        except (OSError, zipfile.BadZipFile):
-            continue
-    return (
-        "Delta Lake jars are not on Spark's classpath (no delta-spark jar in pyspark/jars, "
-        "$SPARK_HOME/jars or LAMBDALAKE_SPARK_JARS, and Maven is unreachable here)"
-    )
+    if jar_with_class(settings, DELTA_TABLE_CLASS, "*delta-spark*.jar") is not None:
+        return None
+    return missing_package_reason(settings, "Delta Lake (delta-spark)")
 
 
 def resolve_engine(settings: Settings) -> str:
-    """The lakehouse engine in use: ``auto`` picks delta-spark only when its classes load."""
+    """The lakehouse engine in use. ``auto``: delta-rs on a local master (one JVM: the embedded
+    engine commits faster, docs/configuration.md), delta-spark on a cluster when its classes load
+    (executors write the files; nothing crosses the driver)."""
     if settings.lakehouse_engine != "auto":
         return settings.lakehouse_engine
+    if LOCAL_MASTER.fullmatch(settings.spark_master):
+        return "delta-rs"
     return "delta-spark" if delta_spark_unavailable_reason(settings) is None else "delta-rs"
 
 
@@ -154,8 +181,9 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
     else:
         # Executors of their own (a cluster) keep the streaming state's RocksDB: the same arenas.
         builder = builder.config("spark.executorEnv.MALLOC_ARENA_MAX", MALLOC_ARENAS)
-    if settings.spark_jars:
-        builder = builder.config("spark.jars", settings.spark_jars)
+    jars = session_jars(settings)
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
     if settings.spark_jars_packages:
         builder = builder.config("spark.jars.packages", settings.spark_jars_packages)
     if resolve_engine(settings) == "delta-spark":
@@ -164,6 +192,9 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
             .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
             # Keep tables readable by delta-rs and older readers.
             .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
+            # Delta rebuilds a table's snapshot from its log in 50 tasks by default, made for logs
+            # of millions of files: ours are small, and every commit and read rebuilds one.
+            .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
         )
     # Only a JVM this process starts can be quieted; under spark-submit its output is the job log.
     quiet = settings.log_level in ("WARNING", "ERROR") and "PYSPARK_GATEWAY_PORT" not in os.environ

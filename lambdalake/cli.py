@@ -291,6 +291,19 @@ def cmd_down(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_kafka(args: argparse.Namespace, settings: Settings) -> int:
+    from include.kafka_broker import broker_down, broker_up
+
+    if args.action == "up":
+        address, started = broker_up(settings.home, settings.run_dir, args.port)
+        print(f"Kafka {'started' if started else 'already running'} at {address} (data in {settings.home / 'kafka'})")
+        if address != settings.kafka_bootstrap_servers.replace("localhost", "127.0.0.1"):
+            print(f"export LAMBDALAKE_KAFKA_BOOTSTRAP_SERVERS={address}")
+    else:
+        print("Kafka stopped" if broker_down(settings.run_dir) else "Kafka was not running")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
     common.add_argument("--home", help="lambdalake home directory (default: $LAMBDALAKE_HOME)")
@@ -426,6 +439,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.set_defaults(handler=cmd_up)
     down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
     down.set_defaults(handler=cmd_down)
+
+    kafka = commands.add_parser("kafka", parents=[common],
+                                help="a local Apache Kafka broker (KRaft, as docker-compose.yml runs it)")
+    kafka.add_argument("action", choices=("up", "down"))
+    kafka.add_argument("--port", type=positive(int), default=9092, help="listener port (default 9092; controller: +1)")
+    kafka.set_defaults(handler=cmd_kafka)
     return parser
 
 

