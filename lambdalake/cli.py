@@ -205,11 +205,12 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    from batch_layer.maintenance import checkpoint_hygiene, compact_and_vacuum
+    from batch_layer.maintenance import checkpoint_hygiene, compact_and_vacuum, record_maintenance
 
     rows = [{"step": "compact, vacuum", **table} for table in compact_and_vacuum(settings)]
     rows += [{"step": "checkpoint hygiene", "table": kind, "files_added": 0, "files_removed": n, "vacuumed": None}
              for kind, n in checkpoint_hygiene(settings).items()]
+    record_maintenance(settings)
     print(format_rows(rows, args.format))
     return 0
 
