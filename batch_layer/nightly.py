@@ -10,7 +10,7 @@ import logging
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from include.coverage import bronze_fingerprint, mark_covered
+from include.coverage import bronze_fingerprint, covered_days, mark_covered
 from batch_layer.reconcile import reconcile_day
 from batch_layer.recompute import recompute_day
 from include import tables
@@ -20,6 +20,7 @@ from include.progress import Progress
 from include.lakehouse import LakehouseError, LakehouseStore, open_store
 from include.registry import input_topics
 from include.views import CONSISTENT_METRICS, VIEWS
+from include.day_complete import complete_at, stream_watermark
 from include.heartbeat import read_heartbeat
 
 log = logging.getLogger(__name__)
@@ -64,12 +65,29 @@ def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None
     return reconciliation
 
 
-def day_for_run(logical_date: datetime, conf: dict[str, Any] | None) -> str:
-    """The event-time day a run processes: ``conf["date"]`` if given, else the day before the
+def day_for_run(logical_date: datetime, conf: dict[str, Any] | None, announced: list[str] = ()) -> str:
+    """The event-time day a run processes: ``conf["date"]`` if given, else the newest day the
+    stream announced complete (a run triggered by its asset events), else the day before the
     run's logical date (the day that just ended)."""
     if conf and conf.get("date"):
         return date.fromisoformat(conf["date"]).isoformat()
+    if announced:
+        return max(date.fromisoformat(day) for day in announced).isoformat()
     return (logical_date.astimezone(timezone.utc).date() - timedelta(days=1)).isoformat()
+
+
+def batch_needed(settings: Settings, day: str, conf: dict[str, Any] | None = None) -> bool:
+    """False when ``day`` is covered and its Bronze input has not changed since (another run, a
+    scheduled or an asset-triggered one, has done it); a run asked for a date in its conf always
+    runs."""
+    if conf and conf.get("date"):
+        return True
+    store = open_store(settings)
+    built_from = covered_days(store).get(date.fromisoformat(day))
+    if built_from is not None and bronze_fingerprint(store, settings, date.fromisoformat(day)) == built_from:
+        log.info("day %s is covered and its Bronze input is unchanged: nothing to do", day)
+        return False
+    return True
 
 
 def day_is_complete(settings: Settings, day: str, now: datetime | None = None) -> bool:
@@ -77,23 +95,15 @@ def day_is_complete(settings: Settings, day: str, now: datetime | None = None) -
     view reads) has passed the day's end plus the allowed lateness (watermark delay and join
     window), or the wall clock has and the stream has consumed everything landed so far."""
     now = now or datetime.now(timezone.utc)
-    day_end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), timezone.utc)
-    complete_at = day_end + settings.watermark_delay + settings.join_window
-    store = open_store(settings)
-    if store.exists(tables.INGEST_BATCHES):
-        rows = store.select_arrow(tables.INGEST_BATCHES, ["topic", "max_event_time"], "max_event_time IS NOT NULL")
-        latest = {row["topic"]: row["max_event_time_max"]
-                  for row in rows.group_by("topic").aggregate([("max_event_time", "max")]).to_pylist()}
-        topics = input_topics(VIEWS)
-        if all(topic in latest for topic in topics):
-            watermark = min(latest[topic] for topic in topics) - settings.watermark_delay
-            if watermark >= complete_at:
-                log.info("day %s complete: watermark %s passed %s", day, watermark, complete_at)
-                return True
-    if now >= complete_at and stream_caught_up(settings):
-        log.info("day %s complete: %s has passed and the stream has consumed everything landed", day, complete_at)
+    ready_at = complete_at(settings, date.fromisoformat(day))
+    watermark = stream_watermark(open_store(settings), settings)
+    if watermark is not None and watermark >= ready_at:
+        log.info("day %s complete: watermark %s passed %s", day, watermark, ready_at)
         return True
-    log.info("day %s not complete yet (needs watermark or clock past %s)", day, complete_at)
+    if now >= ready_at and stream_caught_up(settings):
+        log.info("day %s complete: %s has passed and the stream has consumed everything landed", day, ready_at)
+        return True
+    log.info("day %s not complete yet (needs watermark or clock past %s)", day, ready_at)
     return False
 
 

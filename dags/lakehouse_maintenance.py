@@ -1,22 +1,28 @@
 """### lakehouse_maintenance
 
-Daily housekeeping, safe while the stream writes (the store retries conflicting commits):
-compaction of every Delta table (z-ordered by event time for Silver), vacuum of files older than
-a week, and checkpoint hygiene (consumed feed files, abandoned temporary files).
+Housekeeping, safe while the stream writes (the store retries conflicting commits): compaction of
+every Delta table (z-ordered by event time for Silver), vacuum of files older than a week, and
+checkpoint hygiene (consumed feed files, abandoned temporary files).
+
+**Data-aware**: it runs when `lambda_nightly_batch` has published the batch views (the assets
+`lambdalake://batch/<view>`), not on a clock, and at most once a UTC day: **maintenance_due**
+skips the run when a maintenance has finished today already (a backfill publishes many days in a
+row). A run triggered by hand always maintains.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Asset, task
 
+from include.assets import BATCH_VIEWS
 from include.notifier import task_failed
 
 with DAG(
     dag_id="lakehouse_maintenance",
     doc_md=__doc__,
-    schedule="0 3 * * *",
+    schedule=[Asset(uri) for uri in BATCH_VIEWS],
     start_date=datetime(2026, 11, 1),
     catchup=False,
     max_active_runs=1,
@@ -24,6 +30,13 @@ with DAG(
     default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(minutes=10),
                   "on_failure_callback": task_failed},
 ) as dag:
+
+    @task.short_circuit
+    def maintenance_due(**context) -> bool:
+        from batch_layer.maintenance import maintenance_due
+        from include.config import load_settings
+
+        return context["dag_run"].run_type == "manual" or maintenance_due(load_settings())
 
     @task
     def compact_and_vacuum() -> list[dict]:
@@ -34,12 +47,15 @@ with DAG(
 
     @task(multiple_outputs=True)
     def checkpoint_hygiene() -> dict:
-        from batch_layer.maintenance import checkpoint_hygiene
+        from batch_layer.maintenance import checkpoint_hygiene, record_maintenance
         from include.config import load_settings
 
-        return checkpoint_hygiene(load_settings())
+        settings = load_settings()
+        removed = checkpoint_hygiene(settings)
+        record_maintenance(settings)
+        return removed
 
-    compact_and_vacuum() >> checkpoint_hygiene()
+    maintenance_due() >> compact_and_vacuum() >> checkpoint_hygiene()
 
 
 if __name__ == "__main__":

@@ -1,23 +1,35 @@
 """### lambda_nightly_batch
 
-The Lambda architecture's batch layer, one run per event-time day (UTC). A run with logical date
-D processes day D-1, the day that just ended; trigger with conf `{"date": "YYYY-MM-DD"}` to
-process another day, or backfill a date range (catchup is on).
+The Lambda architecture's batch layer, one run per event-time day (UTC). Runs come from two
+sources, one run at a time:
 
-1. **day_to_process** picks the day.
+- **the clock**: daily at 00:30 UTC (catchup on); a run with logical date D processes day D-1,
+  the day that just ended;
+- **the stream**: when every topic's watermark has passed a day's end plus the allowed lateness,
+  the stream posts an event of the asset `lambdalake://stream/day_complete` (extra
+  `{"date": "YYYY-MM-DD"}`) through Airflow's REST API; the run it triggers processes that day.
+
+Trigger with conf `{"date": "YYYY-MM-DD"}` to process (or re-process) another day, or backfill a
+date range.
+
+1. **day_to_process** picks the day: the conf's, the stream's event's, or the day before.
 2. **wait_until_day_complete** (sensor, reschedule mode) waits until no more on-time events can
    come: the stream's watermark passed the day's end plus the allowed lateness, or the wall clock
    did and the stream has consumed everything landed (a quiet stream does not block the night).
-3. **bronze_fingerprint** records the Bronze input the run reads (to detect restatements).
-4. **recompute** and **reconcile** run as Spark applications (`SparkJobOperator`: spark-submit
+   It is the fallback when no event comes; after an event it passes at its first poke.
+3. **batch_needed** skips the rest (but not the restatements) when another run has covered the day
+   and its Bronze input is unchanged, so the scheduled and the event's run do the work once.
+4. **bronze_fingerprint** records the Bronze input the run reads (to detect restatements).
+5. **recompute** and **reconcile** run as Spark applications (`SparkJobOperator`: spark-submit
    from the installed pyspark, the `lambdalake_spark` connection or else
    `LAMBDALAKE_SPARK_MASTER`, default `local[*]`), so the heavy work runs in its own JVM and a
    cluster can take it. When Spark cannot run at all the task fails at once, without retries.
-5. **data_quality** fails the run loudly unless the numbers add up (accounting identities,
+6. **data_quality** fails the run loudly unless the numbers add up (accounting identities,
    reconciliation drift).
-6. **publish_coverage** marks the day batch-covered; the serving layer then answers it from the
-   batch views (assets `lambdalake://batch/...` for data-aware downstream DAGs).
-7. **restate_stale_day** re-runs any covered day whose Bronze input changed since it was built.
+7. **publish_coverage** marks the day batch-covered; the serving layer then answers it from the
+   batch views. Its outlets, the assets `lambdalake://batch/<view>`, schedule
+   `lakehouse_maintenance`.
+8. **restate_stale_day** re-runs any covered day whose Bronze input changed since it was built.
 
 A Deadline Alert fires when a run is not done 3 hours after it was queued; the miss is recorded
 in `ops/alerts` (and sent to the webhook when configured).
@@ -29,20 +41,22 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from airflow.sdk import DAG, Asset, AsyncCallback, DeadlineAlert, DeadlineReference, task
+from airflow.sdk import (
+    DAG, Asset, AssetOrTimeSchedule, AsyncCallback, CronTriggerTimetable, DeadlineAlert, DeadlineReference, task,
+)
 
 from include.airflow_compat import unless_dags_test
+from include.assets import BATCH_VIEWS, DAY_COMPLETE
 from include.notifier import deadline_missed, task_failed
 from include.config import load_settings
 from include.spark_submit import SparkJobOperator
-from include.views import VIEWS
 
 PROJECT = Path(__file__).resolve().parent.parent
 SPARK_JOB = str(PROJECT / "batch_layer" / "job.py")
 # The Spark application runs the same Python (and so the same packages) as Airflow.
 SPARK_CONF = {"spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
 DAY = "{{ ti.xcom_pull(task_ids='day_to_process') }}"
-BATCH_VIEWS = [Asset(f"lambdalake://batch/{view.name}") for view in VIEWS]
+DAY_COMPLETE_ASSET = Asset(DAY_COMPLETE)
 
 
 def spark_step(step: str) -> SparkJobOperator:
@@ -55,7 +69,8 @@ def spark_step(step: str) -> SparkJobOperator:
 with DAG(
     dag_id="lambda_nightly_batch",
     doc_md=__doc__,
-    schedule="30 0 * * *",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("30 0 * * *", timezone="UTC"),
+                                 assets=[DAY_COMPLETE_ASSET]),
     start_date=datetime.combine(load_settings().batch_start_date, datetime.min.time()),
     catchup=True,
     max_active_runs=1,
@@ -74,7 +89,9 @@ with DAG(
         from batch_layer.nightly import day_for_run
 
         dag_run = context["dag_run"]
-        return day_for_run(dag_run.logical_date or dag_run.run_after, dag_run.conf)
+        events = context["triggering_asset_events"].get(DAY_COMPLETE_ASSET, [])
+        announced = [event.extra["date"] for event in events if "date" in event.extra]
+        return day_for_run(dag_run.logical_date or dag_run.run_after, dag_run.conf, announced)
 
     @task.sensor(poke_interval=300, timeout=12 * 3600, mode="reschedule")
     def wait_until_day_complete(day: str) -> bool:
@@ -82,6 +99,13 @@ with DAG(
         from include.config import load_settings
 
         return day_is_complete(load_settings(), day)
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def batch_needed(day: str, **context) -> bool:
+        from batch_layer.nightly import batch_needed
+        from include.config import load_settings
+
+        return batch_needed(load_settings(), day, context["dag_run"].conf)
 
     @task(multiple_outputs=True)
     def bronze_fingerprint(day: str) -> dict:
@@ -103,7 +127,7 @@ with DAG(
 
         return check_data_quality(load_settings(), date.fromisoformat(day))
 
-    @task(outlets=BATCH_VIEWS)
+    @task(outlets=[Asset(uri) for uri in BATCH_VIEWS])
     def publish_coverage(day: str, fingerprint: dict) -> str:
         from datetime import date
 
@@ -114,7 +138,7 @@ with DAG(
         mark_covered(open_store(load_settings()), date.fromisoformat(day), fingerprint)
         return day
 
-    @task
+    @task(trigger_rule="none_failed")  # also after a run that had nothing to do
     def stale_days() -> list[list[str]]:
         from include.coverage import stale_days
         from include.config import load_settings
@@ -131,7 +155,8 @@ with DAG(
         task_id="restate_stale_day", application=SPARK_JOB, conf=SPARK_CONF, name="lambdalake-restate",
     ).expand(application_args=stale)
     recompute, reconcile = spark_step("recompute"), spark_step("reconcile")
-    wait_until_day_complete(day) >> fingerprint >> recompute >> reconcile >> data_quality(day) >> published >> stale
+    wait_until_day_complete(day) >> batch_needed(day) >> fingerprint
+    fingerprint >> recompute >> reconcile >> data_quality(day) >> published >> stale
 
 
 if __name__ == "__main__":

@@ -5,6 +5,14 @@ it when it is dead (no process, or no heartbeat) or stalled (no progress while l
 waits), with exponential backoff and a cap on restarts per hour, after which it alerts instead of
 looping; and alerts when the speed views fall behind the freshness SLA (event-time lag). Every
 decision is recorded in `ops/supervisor_events` (shown by `lambdalake status`).
+
+A stream it starts gets the Airflow connection `lambdalake_airflow` when it is defined, to post
+the asset events that trigger `lambda_nightly_batch` (see `include/airflow_events.py`).
+
+**One retry, not two**: the task retries once, 30 s later, for a passing failure (a commit
+conflict, a heartbeat caught mid-write). The next run, 5 minutes on, is the real retry: each run
+diagnoses afresh, and a restart alone may take 90 s (the stream's graceful stop), so a second
+retry would not fit in the run's 4 minutes and would only stack restarts.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ with DAG(
 
     @task(multiple_outputs=True)
     def supervise_stream() -> dict:
+        from include.airflow_events import connection_env
         from include.config import load_settings
         from speed_layer.supervisor import supervise
 
-        return {key: str(value) for key, value in supervise(load_settings()).items()}
+        decision = supervise(load_settings(), stream_env=connection_env())
+        return {key: str(value) for key, value in decision.items()}
 
     supervise_stream()
 

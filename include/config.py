@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     # The PostgreSQL wire protocol of `lambdalake serve` (0: off); 5433, not 5432, leaves a local
     # PostgreSQL its port.
     pg_port: int = Field(default=5433, ge=0, le=65535, description="`lambdalake serve` PostgreSQL port (0: off)")
+    # The address every service of the embedded platform (`make up`) listens on: Airflow's API
+    # server, `lambdalake serve` (HTTP and PostgreSQL) and the Spark drivers Airflow starts.
+    # Loopback by default; 0.0.0.0 opens them to the network.
+    bind_host: str = Field(default="127.0.0.1", description="address `make up`'s services listen on")
     # GET /metrics needs the token unless this is set; then clients on this machine (127.0.0.1, ::1)
     # scrape it without one.
     metrics_open_on_localhost: bool = False
@@ -211,6 +215,13 @@ class Settings(BaseSettings):
     @classmethod
     def _durations(cls, value: Any, info: Any) -> timedelta:
         return parse_duration(value, info.field_name.replace("_", " "))
+
+    @field_validator("bind_host")
+    @classmethod
+    def _bind_host(cls, value: str) -> str:
+        if not re.fullmatch(r"[\w.:-]+", value.strip()):
+            raise ValueError(f"bind host must be an address or a host name, got '{value}'")
+        return value.strip()
 
     @field_validator("spark_driver_memory")
     @classmethod

@@ -205,11 +205,12 @@ def cmd_history(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
-    from batch_layer.maintenance import checkpoint_hygiene, compact_and_vacuum
+    from batch_layer.maintenance import checkpoint_hygiene, compact_and_vacuum, record_maintenance
 
     rows = [{"step": "compact, vacuum", **table} for table in compact_and_vacuum(settings)]
     rows += [{"step": "checkpoint hygiene", "table": kind, "files_added": 0, "files_removed": n, "vacuumed": None}
              for kind, n in checkpoint_hygiene(settings).items()]
+    record_maintenance(settings)
     print(format_rows(rows, args.format))
     return 0
 
@@ -269,16 +270,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
-    from lambdalake.platform import password_file, up
+    from lambdalake.platform import password_file, reachable_host, up
     from serving.http import dashboard_url, serve_token
 
     pg_port = settings.pg_port if args.pg_port is None else args.pg_port
     url = up(settings, args.port, args.serve_port, pg_port=pg_port)
     token = serve_token(settings)
+    host = reachable_host(settings.bind_host)
     print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)})")
-    print(f"Dashboard:  {dashboard_url('127.0.0.1', args.serve_port, token)}")
+    print(f"Dashboard:  {dashboard_url(host, args.serve_port, token)}")
     if pg_port:
-        print(f"Postgres:   PGPASSWORD={token} psql -h 127.0.0.1 -p {pg_port} -U lambdalake lambdalake")
+        print(f"Postgres:   PGPASSWORD={token} psql -h {host.strip('[]')} -p {pg_port} -U lambdalake lambdalake")
+    if settings.bind_host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"Listening on {settings.bind_host} (LAMBDALAKE_BIND_HOST): reachable from the network")
     print(f"Events land in {settings.landing_dir}; speed_layer_supervisor starts the stream. Stop with: make down")
     return 0
 

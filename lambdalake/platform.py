@@ -5,12 +5,19 @@ off and AIRFLOW_HOME under the lambdalake home; the generator in ``--follow`` mo
 serve`` (SQL API, dashboard, PostgreSQL protocol); and unpauses ``speed_layer_supervisor``, which
 starts the stream. ``down`` stops exactly what ``up`` started (process groups recorded in pid files) and
 the stream.
+
+Every service listens on ``LAMBDALAKE_BIND_HOST`` (default 127.0.0.1, this machine only):
+Airflow's API server (``[api] host``), ``lambdalake serve``, and the Spark drivers that Airflow's
+tasks start (``SPARK_LOCAL_IP``, with a local master). The scheduler and the triggerer run without
+their task-log servers, which Airflow binds to every interface: on one machine the API server reads
+the task logs from their files.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -25,19 +32,60 @@ BIN = Path(sys.executable).parent
 SERVICES = ("airflow", "generator", "serve")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def reachable_host(bind_host: str) -> str:
+    """The address a local client uses for a service listening on ``bind_host``."""
+    if bind_host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{bind_host}]" if ":" in bind_host else bind_host
+
+
+def airflow_bin(settings: Settings) -> Path:
+    """A folder first on ``airflow standalone``'s PATH: its ``airflow`` starts the scheduler and the
+    triggerer with ``--skip-serve-logs`` (Airflow binds those log servers to every interface and
+    has no setting for it) and passes everything else to the installed ``airflow``."""
+    folder = settings.run_dir / "airflow-bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "airflow"
+    script.write_text(
+        "#!/bin/sh\n"
+        "# Written by `lambdalake up` (lambdalake/platform.py): no task-log servers on every interface.\n"
+        'case "$1" in\n'
+        f'  scheduler|triggerer) exec "{BIN / "airflow"}" "$@" --skip-serve-logs ;;\n'
+        "esac\n"
+        f'exec "{BIN / "airflow"}" "$@"\n'
+    )
+    script.chmod(0o755)
+    return folder
+
+
 def airflow_env(settings: Settings, port: int) -> dict[str, str]:
-    """Environment for Airflow and everything it runs: one lambdalake home, this project's DAGs."""
-    return {
+    """Environment for Airflow and everything it runs: one lambdalake home, this project's DAGs,
+    every listener on the bind host, and the ``lambdalake_airflow`` connection (the admin's
+    credentials) with which the stream posts its asset events."""
+    from include.airflow_events import AIRFLOW_CONN_ENV
+
+    host = reachable_host(settings.bind_host)
+    env = {
         **os.environ,
         "LAMBDALAKE_HOME": str(settings.home),
         "AIRFLOW_HOME": str(settings.airflow_home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__API__HOST": settings.bind_host,
         "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{host}:{port}/execution/",
         # `airflow standalone` starts its scheduler, API server etc. as `airflow ...` from PATH.
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PATH": f"{airflow_bin(settings)}{os.pathsep}{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    if password_file(settings).exists():
+        env[AIRFLOW_CONN_ENV] = json.dumps({"conn_type": "http", "host": host.strip("[]"), "port": port,
+                                            "login": "admin", "password": admin_password(settings)})
+    if settings.bind_host in LOOPBACK and settings.spark_master.startswith("local"):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # Spark drivers: not on the machine's network address
+    return env
 
 
 def _pid_file(settings: Settings, service: str) -> Path:
@@ -70,8 +118,11 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     if _running(settings, "airflow"):
         raise RuntimeError(f"airflow is already running for {settings.home} (make down first)")
     settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    if not password_file(settings).exists():  # chosen here, so the connection above can carry it
+        password_file(settings).touch(mode=0o600)
+        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
     _spawn(settings, "airflow", [str(BIN / "airflow"), "standalone"], airflow_env(settings, port))
-    url = f"http://localhost:{port}"
+    url = f"http://{reachable_host(settings.bind_host)}:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -89,11 +140,11 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
 def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_port: int | None = None) -> str:
     """Start ``lambdalake serve`` (unless running; ``pg_port``: its PostgreSQL port, else its
     default) and wait until it answers; returns its base URL."""
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{reachable_host(settings.bind_host)}:{port}"
     if not _running(settings, "serve"):
         pg = [] if pg_port is None else ["--pg-port", str(pg_port)]
-        _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home), "--port", str(port),
-                                   *pg], dict(os.environ))
+        _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home),
+                                   "--host", settings.bind_host, "--port", str(port), *pg], dict(os.environ))
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -5,7 +5,9 @@ queries (in small micro-batches, so watermarks advance between them: see
 :func:`speed_layer.sources.landing_admission`), then one Gold query per view over the feeds
 ingest wrote: the dimensions first, then the views that look them up. Otherwise all queries run
 continuously on a processing-time trigger, each micro-batch taking what is waiting, until
-SIGTERM/SIGINT, which stops them after their current micro-batch.
+SIGTERM/SIGINT, which stops them after their current micro-batch. With the Airflow connection
+``lambdalake_airflow`` in its environment, the runner also tells Airflow when a day is complete
+(:mod:`speed_layer.announce`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from include.lakehouse import LakehouseStore, open_store
 from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
+from speed_layer.announce import DayCompleteAnnouncer
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
 from speed_layer.metrics import StreamMetrics
 from speed_layer.stream_progress import StreamProgress
@@ -208,6 +211,7 @@ def run_stream(
     store = open_store(settings, spark)
     metrics = StreamMetrics(store, settings.run_dir)
     spark.streams.addListener(metrics)
+    announcer = DayCompleteAnnouncer.from_env(settings, store)
     try:
         ingesting = ingest_writers(spark, settings, store, available_now)
         gold = gold_writers(spark, settings, store)
@@ -225,11 +229,15 @@ def run_stream(
             for phase in gold:
                 if not stop.is_set():
                     _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop)
+            if announcer and not stop.is_set():
+                announcer.check_safely()
         else:
             intervals = speed_trigger_intervals(settings)
             metrics.view_refresh_seconds = {view: interval.total_seconds() for view, interval in intervals.items()}
             writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
+            if announcer:
+                threading.Thread(target=announcer.run, args=(stop,), name="day-complete-events", daemon=True).start()
             _supervise(queries, metrics, stop)
     finally:
         _deliver_queued_events(spark)

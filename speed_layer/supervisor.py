@@ -17,6 +17,7 @@ configured (``LAMBDALAKE_SPARK_MASTER=spark://…``) that driver submits its wor
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -83,14 +84,16 @@ def _seconds(duration: timedelta) -> str:
     return f"{duration.total_seconds():,.0f} s"
 
 
-def start_stream(settings: Settings) -> int:
-    """Start ``lambdalake stream`` detached; returns its pid (also written to run/stream.pid)."""
+def start_stream(settings: Settings, env: dict[str, str] | None = None) -> int:
+    """Start ``lambdalake stream`` detached, with ``env`` added to this process's environment;
+    returns its pid (also written to run/stream.pid)."""
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     (settings.run_dir / HEARTBEAT_FILE).unlink(missing_ok=True)  # the new process writes its own
     command = [str(Path(sys.executable).parent / "lambdalake"), "stream", "--home", str(settings.home)]
     with (settings.run_dir / "stream.log").open("ab") as output:
         process = subprocess.Popen(
-            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            command, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
     (settings.run_dir / PID_FILE).write_text(str(process.pid))
     return process.pid
@@ -125,8 +128,9 @@ def _record(
     return row
 
 
-def supervise(settings: Settings, now: datetime | None = None) -> dict:
-    """One supervision round; returns the decision recorded."""
+def supervise(settings: Settings, now: datetime | None = None, stream_env: dict[str, str] | None = None) -> dict:
+    """One supervision round; returns the decision recorded. ``stream_env``: environment a stream
+    it starts gets on top of this process's (the Airflow connection it posts events with)."""
     now = now or datetime.now(timezone.utc)
     diagnosis = diagnose(settings, now)
     starts = sorted(e["at"] for e in _events(settings)
@@ -151,7 +155,7 @@ def supervise(settings: Settings, now: datetime | None = None) -> dict:
         return _record(settings, diagnosis, "backoff", reason, restarts, diagnosis.pid)
     if diagnosis.state != "absent":
         stop_stream(settings)
-    pid = start_stream(settings)
+    pid = start_stream(settings, stream_env)
     decision = "start" if diagnosis.state == "absent" else "restart"
     return _record(settings, diagnosis, decision, f"{diagnosis.reason}; started pid {pid}", restarts + 1, pid)
 

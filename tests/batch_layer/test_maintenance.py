@@ -61,3 +61,35 @@ def test_checkpoint_hygiene_removes_only_old_feed_and_temporary_files(settings):
     os.utime(old_tmp, (two_days_ago, two_days_ago))
     assert checkpoint_hygiene(settings) == {"feed_files": 1, "temporary_files": 1}
     assert sorted(p.name for p in feeds.iterdir()) == ["000000000002.parquet"]
+
+
+def test_maintenance_is_due_at_most_once_a_utc_day(settings):
+    from batch_layer.maintenance import last_maintenance, maintenance_due, record_maintenance
+
+    evening = datetime(2026, 11, 20, 23, 50, tzinfo=timezone.utc)
+    assert last_maintenance(settings) is None and maintenance_due(settings, evening)
+    record_maintenance(settings, datetime(2026, 11, 20, 1, 35, tzinfo=timezone.utc))
+    assert not maintenance_due(settings, evening)
+    assert maintenance_due(settings, datetime(2026, 11, 21, 0, 5, tzinfo=timezone.utc))
+
+
+def test_a_covered_day_with_unchanged_bronze_needs_no_second_run(settings):
+    from batch_layer.nightly import batch_needed
+    from include.coverage import bronze_fingerprint, mark_covered
+
+    store, day = open_store(settings), date(2026, 11, 20)
+    assert batch_needed(settings, day.isoformat())
+    mark_covered(store, day, bronze_fingerprint(store, settings, day))
+    assert not batch_needed(settings, day.isoformat())
+    assert batch_needed(settings, day.isoformat(), {"date": day.isoformat()})  # asked for by hand
+    mark_covered(store, day, {"orders:2026-11-20": 1})  # Bronze has changed since
+    assert batch_needed(settings, day.isoformat())
+
+
+def test_a_run_takes_the_newest_day_the_stream_announced():
+    from batch_layer.nightly import day_for_run
+
+    run_after = datetime(2026, 11, 22, 1, 15, tzinfo=timezone.utc)
+    assert day_for_run(run_after, {}, ["2026-11-20", "2026-11-21"]) == "2026-11-21"
+    assert day_for_run(run_after, {"date": "2026-11-19"}, ["2026-11-21"]) == "2026-11-19"
+    assert day_for_run(run_after, None) == "2026-11-21"

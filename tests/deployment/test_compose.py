@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from include.airflow_events import AIRFLOW_CONN_ID
 from include.config import Settings, load_settings
 from include.schemas import TOPIC_NAMES
 from include.spark_submit import CONN_ID, MASTER
@@ -123,7 +124,8 @@ def test_every_variable_is_one_its_reader_knows(services):
                     section, option = key.removeprefix("AIRFLOW__").lower().split("__")
                     assert option in airflow_options[section]["options"], f"{name}: {key}"
                 elif key.startswith("AIRFLOW_CONN_"):
-                    assert key.removeprefix("AIRFLOW_CONN_").lower() in (CONN_ID, "spark_default"), f"{name}: {key}"
+                    assert key.removeprefix("AIRFLOW_CONN_").lower() in (CONN_ID, "spark_default", AIRFLOW_CONN_ID), \
+                        f"{name}: {key}"
                 else:
                     assert key in COMMAND_VARIABLES, f"{name}: {key}"
             else:
