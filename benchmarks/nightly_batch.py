@@ -1,6 +1,6 @@
 """The nightly batch on a big day: ``lambdalake batch --date`` over a day of ``--events`` events.
 
-    .venv/bin/python benchmarks/nightly_batch.py [--events 10000000] [--date 2026-11-21]
+    .venv/bin/python benchmarks/nightly_batch.py [--events 10000000] [--date 2026-11-21] [--engines E ...]
 
 1. Spark writes the day straight into Bronze (the master dataset, as the stream would have left
    it: raw JSON lines with their ingestion metadata), in the generator's mix: clicks 70%, sensors
@@ -9,8 +9,10 @@
    then one segment change each). Writing Bronze this way skips the speed layer, which would need far longer than
    the batch for 10M events on 2 cores (see speed_layer.md); the speed tables stay empty, so
    reconciliation reports every batch row as a difference.
-2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it;
-   then checks the batch views' totals against the generated counts.
+2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it,
+   once per lakehouse engine (``--engines``; each on its own copy of Bronze, which delta-rs wrote:
+   the other engine reads it as it is); then checks the batch views' totals against the generated
+   counts.
 
 Writes a Markdown report to ``benchmarks/results/nightly_batch.md``.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -116,6 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--date", type=date.fromisoformat, default=date(2026, 11, 21))
+    parser.add_argument("--engines", nargs="+", choices=["delta-rs", "delta-spark"], default=["delta-rs"])
     args = parser.parse_args()
 
     from include import tables
@@ -126,7 +130,7 @@ def main() -> None:
     from speed_layer.ingest import IngestBatch
 
     home = Path(tempfile.mkdtemp(prefix="lambdalake-nightly-"))
-    settings = load_settings(home=home)
+    settings = load_settings(home=home, lakehouse_engine="delta-rs")
     spark = get_spark(settings, app_name="nightly-benchmark")
     store = open_store(settings, spark)
     written = time.monotonic()
@@ -145,25 +149,31 @@ def main() -> None:
     written = time.monotonic() - written
     spark.stop()
 
-    started = time.monotonic()
-    run = subprocess.run(
-        [LAMBDALAKE, "batch", "--home", str(home), "--date", args.date.isoformat(), "--format", "json"],
-        capture_output=True, text=True,
-    )
-    seconds = time.monotonic() - started
-    if run.returncode != 0:
-        raise SystemExit(f"lambdalake batch failed ({run.returncode}): {run.stderr[-2000:]}")
-
-    check = subprocess.run(
-        [LAMBDALAKE, "query", "--home", str(home), "--format", "json",
-         "SELECT (SELECT sum(orders) FROM revenue_by_category_5m) AS orders, "
-         "(SELECT count_if(status = 'paid') FROM order_payments) AS paid, "
-         "(SELECT sum(readings) FROM device_health_5m) AS readings, "
-         "(SELECT sum(views + clicks + add_to_cart) FROM traffic_by_page_10m) AS click_counts, "
-         "(SELECT count(*) FROM customers) AS customers, "
-         f"(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN {SEGMENTS}) AS enriched"],
-        capture_output=True, text=True, check=True)
-    served = __import__("json").loads(check.stdout)[0]
+    runs = {}
+    for engine in args.engines:
+        engine_home = home.with_name(f"{home.name}-{engine}")
+        shutil.copytree(home, engine_home)
+        env = {**os.environ, "LAMBDALAKE_LAKEHOUSE_ENGINE": engine}
+        started = time.monotonic()
+        run = subprocess.run(
+            [LAMBDALAKE, "batch", "--home", str(engine_home), "--date", args.date.isoformat(), "--format", "json"],
+            capture_output=True, text=True, env=env,
+        )
+        seconds = time.monotonic() - started
+        if run.returncode != 0:
+            raise SystemExit(f"lambdalake batch on {engine} failed ({run.returncode}): {run.stderr[-2000:]}")
+        check = subprocess.run(
+            [LAMBDALAKE, "query", "--home", str(engine_home), "--format", "json",
+             "SELECT (SELECT sum(orders) FROM revenue_by_category_5m) AS orders, "
+             "(SELECT count_if(status = 'paid') FROM order_payments) AS paid, "
+             "(SELECT sum(readings) FROM device_health_5m) AS readings, "
+             "(SELECT sum(views + clicks + add_to_cart) FROM traffic_by_page_10m) AS click_counts, "
+             "(SELECT count(*) FROM customers) AS customers, "
+             f"(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN {SEGMENTS}) AS enriched"],
+            capture_output=True, text=True, check=True, env=env)
+        runs[engine] = (seconds, __import__("json").loads(check.stdout)[0])
+        shutil.rmtree(engine_home, ignore_errors=True)
+    served = runs[args.engines[0]][1]
     events_of_day = sum(counts.values())
     report = [
         "# Nightly batch benchmark", "",
@@ -171,10 +181,13 @@ def main() -> None:
         f"Python {platform.python_version()}, `--events {args.events} --date {args.date}`.", "",
         f"Bronze for the day: {events_of_day:,} events ({', '.join(f'{t} {n:,}' for t, n in counts.items())}) plus 1% "
         f"duplicate lines, {lines:,} lines in all, written by Spark straight into Bronze in {written:.0f} s.", "",
-        "| what | seconds | events/s |",
+        f"`lambdalake batch --date {args.date}`, in its own process: JVM start-up, recompute of every view, "
+        "reconciliation, data quality, coverage.", "",
+        "| engine | seconds | events/s |",
         "|---|---:|---:|",
-        f"| `lambdalake batch --date {args.date}` (its own process: JVM start-up, recompute of every view, "
-        f"reconciliation, data quality, coverage) | {seconds:.1f} | {events_of_day / seconds:,.0f} |", "",
+        *[f"| {engine} | {seconds:.1f} | {events_of_day / seconds:,.0f} |" for engine, (seconds, _) in runs.items()],
+        "",
+        f"Every engine served the same totals: {'yes' if all(r[1] == served for r in runs.values()) else 'NO'}. "
         "Checked after the run (served from the batch views): "
         f"orders {served['orders']:,} of {counts['orders']:,}; paid orders {served['paid']:,} (every order is paid, "
         f"those paid after midnight included); sensor readings {served['readings']:,} of {counts['sensors']:,}; "

@@ -195,6 +195,9 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
             # Delta rebuilds a table's snapshot from its log in 50 tasks by default, made for logs
             # of millions of files: ours are small, and every commit and read rebuilds one.
             .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
+            # Table properties only delta-rs acts on (delta.targetFileSize on the merged speed tables)
+            # are kept in the log instead of refused.
+            .config("spark.databricks.delta.allowArbitraryProperties.enabled", "true")
         )
     # Only a JVM this process starts can be quieted; under spark-submit its output is the job log.
     quiet = settings.log_level in ("WARNING", "ERROR") and "PYSPARK_GATEWAY_PORT" not in os.environ

@@ -66,11 +66,12 @@ def landing_source(spark: SparkSession, settings: Settings, topics: Sequence[str
     return streams
 
 
-def kafka_unavailable_reason(settings: Settings) -> str | None:
+def kafka_unavailable_reason(settings: Settings | None = None) -> str | None:
     """None when Spark's Kafka connector is on the classpath (pyspark/jars, $SPARK_HOME/jars, the
     Spark packages `make install` fetched, LAMBDALAKE_SPARK_JARS); otherwise why not, and the fix."""
     from include.spark import jar_with_class, missing_package_reason
 
+    settings = settings if settings is not None else Settings()
     if "spark-sql-kafka" in settings.spark_jars_packages:
         return None  # resolved from Maven when the session starts
     if jar_with_class(settings, KAFKA_PROVIDER_CLASS, "*spark-sql-kafka*.jar") is not None:

@@ -212,8 +212,12 @@ class LakehouseStore(ABC):
 
         appended: dict[str, int | None] = {}
         for value, name in tables.items():
+            if self.is_committed(name, txn):
+                appended[name] = None
+                continue
             rows = df.where(F.col(column) == value).drop(column)
-            appended[name] = rows.count() if self.append(name, rows, txn) else None
+            count = rows.count()  # no rows: nothing to commit, as delta-rs commits nothing for them
+            appended[name] = count if count == 0 or self.append(name, rows, txn) else None
         return appended
 
     def merge(

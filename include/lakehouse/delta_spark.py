@@ -27,9 +27,10 @@ class DeltaSparkStore(LakehouseStore):
         return SparkDeltaTable.forPath(self.spark, path)
 
     def _is_conflict(self, exc: Exception) -> bool:
-        from delta.exceptions import ConcurrentModificationException
+        from delta import exceptions
 
-        return isinstance(exc, ConcurrentModificationException)
+        # Each of Delta's concurrency errors is its own class (none derives from another).
+        return isinstance(exc, tuple(getattr(exceptions, name) for name in exceptions.__all__))
 
     def _prepare(self, path: str, df: DataFrame | pa.Table) -> DataFrame:
         if isinstance(df, pa.Table):

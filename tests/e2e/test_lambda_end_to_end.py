@@ -30,13 +30,19 @@ def read_truth(result, name):
         return list(csv.DictReader(handle))
 
 
-@pytest.fixture(scope="module")
-def lake(spark, tmp_path_factory):
+@pytest.fixture(scope="module", params=["delta-rs", "delta-spark"])
+def lake(request, spark, tmp_path_factory):
+    """The day streamed on each lakehouse engine: every test below runs on both."""
     from include.config import load_settings
+    from include.spark import delta_spark_unavailable_reason
 
     # Half-hour micro-batches (two 15-minute files); late events land beyond one of them.
     settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]",
-                             shuffle_partitions=2, max_files_per_trigger=2)
+                             shuffle_partitions=2, max_files_per_trigger=2, lakehouse_engine=request.param)
+    reason = delta_spark_unavailable_reason(settings) if request.param == "delta-spark" else None
+    if reason:
+        print(f"SKIP delta-spark engine: {reason}")
+        pytest.skip(f"delta-spark engine: {reason}")
     options = TrafficOptions(orders_per_hour=150, late_fraction=0.05, duplicate_fraction=0.02, corrupt_fraction=0.01,
                              late_beyond=timedelta(minutes=30))
     result = generate(settings, START, 6, options, seed=21, file_minutes=15, progress=False)

@@ -347,3 +347,31 @@ def test_ensure_table_gives_an_existing_table_the_columns_it_lacks(store, spark)
     version = store.version(name)
     store.ensure_table(name, wider, ["date"])
     assert store.version(name) == version  # nothing to add: no commit
+
+
+@pytest.mark.parametrize("first, second", [("delta-rs", "delta-spark"), ("delta-spark", "delta-rs")])
+def test_a_table_moves_between_the_engines(spark, settings, first, second):
+    """A table one engine created and wrote, the other reads (also as of a version), appends to,
+    merges into and replaces a partition of, keeping the first's txn record: the same Delta protocol."""
+    reason = delta_spark_unavailable_reason(settings)
+    if reason:
+        print(f"SKIP delta-spark engine: {reason}")
+        pytest.skip(f"delta-spark engine: {reason}")
+    writer, other = open_store(settings, spark, engine=first), open_store(settings, spark, engine=second)
+    name = make_table(writer)
+    assert writer.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)), Txn("q", 0))
+
+    assertDataFrameEqual(other.read(name), rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)))
+    assert other.is_committed(name, Txn("q", 0))
+    assert other.append(name, rows(spark, (9, "x", 9.0, T0, D1)), Txn("q", 0)) is False  # the first's txn holds
+    assert other.append(name, rows(spark, (3, "c", 3.0, T0, D1)), Txn("q", 1)) is True
+    other.merge(name, rows(spark, (1, "a2", 1.5, T0, D1), (4, "d", 4.0, T0, D2)), keys=["id"], txn=Txn("m", 0))
+    other.replace_partition(name, rows(spark, (5, "e", 5.0, T0, D2)), {"date": D2})
+
+    expected = rows(spark, (1, "a2", 1.5, T0, D1), (3, "c", 3.0, T0, D1), (5, "e", 5.0, T0, D2))
+    assertDataFrameEqual(writer.read(name), expected)  # and back: the first reads the second's commits
+    assertDataFrameEqual(writer.read(name, version=1), rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)))
+    assert writer.append(name, rows(spark, (6, "f", 6.0, T0, D1)), Txn("q", 2)) is True
+    assert other.read(name).count() == 4
+    assert [commit.version for commit in other.history(name)] == [5, 4, 3, 2, 1, 0]
+    assert DeltaTable(writer.path(name)).transaction_version("q") == 2
