@@ -32,6 +32,7 @@ SPARK_PACKAGES = (
 )
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 PACKAGES_STAMP = ".packages"  # the list a folder holds, written once all its jars are in place
+RESOLVE_ATTEMPTS = 3  # a fresh machine's first resolution failed once where the next passed
 ARTIFACT = re.compile(r"(.+?)-\d")  # `lz4-java-1.8.0.jar` → `lz4-java`
 
 
@@ -80,7 +81,9 @@ def _resolve(packages: list[str], ivy: Path, log: Path) -> list[Path]:
                               stdout=out, stderr=subprocess.STDOUT, check=False)
     fetched = sorted((ivy / "jars").glob("*.jar"))
     if done.returncode != 0 or not fetched:
-        tail = " | ".join(log.read_text().strip().splitlines()[-5:])
+        lines = log.read_text().strip().splitlines()
+        ivy_errors = [line.strip() for line in lines if re.search(r"UNRESOLVED|FAILED|download failed|not found", line)]
+        tail = " | ".join(ivy_errors[:5] or lines[-5:])  # Ivy's own complaint, else the traceback's end
         raise RuntimeError(f"Spark could not resolve {','.join(packages)}: {tail}")
     return fetched
 
@@ -110,7 +113,13 @@ def fetch(into: Path, packages: list[str] | tuple[str, ...] = SPARK_PACKAGES, me
     into.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetching-", dir=into.parent))
     try:
-        fetched = _resolve(packages, work / "ivy", work / "resolve.log")
+        for attempt in range(1, RESOLVE_ATTEMPTS + 1):
+            try:
+                fetched = _resolve(packages, work / "ivy", work / f"resolve-{attempt}.log")
+                break
+            except RuntimeError:  # a download cut short; what Ivy has cached stays for the next try
+                if attempt == RESOLVE_ATTEMPTS:
+                    raise
         spark_has = _spark_artifacts()
         target = into if merge else work / "jars"
         target.mkdir(parents=True, exist_ok=True)
