@@ -32,7 +32,6 @@ SPARK_PACKAGES = (
 )
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 PACKAGES_STAMP = ".packages"  # the list a folder holds, written once all its jars are in place
-RESOLVE_ATTEMPTS = 3  # a fresh machine's first resolution failed once where the next passed
 ARTIFACT = re.compile(r"(.+?)-\d")  # `lz4-java-1.8.0.jar` → `lz4-java`
 
 
@@ -105,7 +104,7 @@ def fetch(into: Path, packages: list[str] | tuple[str, ...] = SPARK_PACKAGES, me
     A dependency pyspark ships already (lz4, snappy, slf4j, …) is left out: Spark's own copy wins.
     Without ``merge`` the folder is this cache alone, replaced whole (nothing half-fetched is
     ever seen); with ``merge`` the jars join what is there (an image's ``pyspark/jars``)."""
-    packages = list(packages)
+    packages, into = list(packages), into.resolve()  # Spark takes only an absolute Ivy folder
     if not packages:
         raise ValueError("no Spark packages to fetch")
     if not merge and cached_packages(into) == packages and cached_jars(into):
@@ -113,13 +112,7 @@ def fetch(into: Path, packages: list[str] | tuple[str, ...] = SPARK_PACKAGES, me
     into.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetching-", dir=into.parent))
     try:
-        for attempt in range(1, RESOLVE_ATTEMPTS + 1):
-            try:
-                fetched = _resolve(packages, work / "ivy", work / f"resolve-{attempt}.log")
-                break
-            except RuntimeError:  # a download cut short; what Ivy has cached stays for the next try
-                if attempt == RESOLVE_ATTEMPTS:
-                    raise
+        fetched = _resolve(packages, work / "ivy", work / "resolve.log")
         spark_has = _spark_artifacts()
         target = into if merge else work / "jars"
         target.mkdir(parents=True, exist_ok=True)
