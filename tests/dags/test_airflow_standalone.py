@@ -89,24 +89,29 @@ class Platform:
         return {ti["task_id"]: ti["state"] for ti in instances if ti["map_index"] == -1}
 
 
-def groups(settings) -> set[int]:
-    """The process groups of what `up` started, and of the stream."""
-    pids = [int(path.read_text()) for path in settings.run_dir.glob("*.pid")]
-    return {os.getpgid(pid) for pid in pids if psutil.pid_exists(pid)}
+def started_processes(settings) -> list[psutil.Process]:
+    """What `up` started and the stream, with every process under them: an Airflow task runs in a
+    process group of its own, and the Spark drivers it starts under it."""
+    found = {}
+    for path in settings.run_dir.glob("*.pid"):
+        try:
+            root = psutil.Process(int(path.read_text()))
+            for process in [root, *root.children(recursive=True)]:
+                found[process.pid] = process
+        except (psutil.Error, ValueError):
+            continue  # it ended meanwhile
+    return list(found.values())
 
 
 def listeners(settings) -> dict[tuple[str, int], str]:
-    """Every listening TCP socket of those groups: (address, port) → process name."""
+    """Every listening TCP socket of those processes: (address, port) → process name."""
     found = {}
-    wanted = groups(settings)
-    for process in psutil.process_iter(["pid", "name"]):
+    for process in started_processes(settings):
         try:
-            if os.getpgid(process.pid) not in wanted:
-                continue
             for connection in process.net_connections(kind="tcp"):
                 if connection.status == psutil.CONN_LISTEN:
-                    found[(connection.laddr.ip, connection.laddr.port)] = process.info["name"]
-        except (psutil.Error, ProcessLookupError):
+                    found[(connection.laddr.ip, connection.laddr.port)] = process.name()
+        except psutil.Error:
             continue  # it ended meanwhile
     return found
 
