@@ -20,6 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
+from include.processes import process_alive
+
 POM = Path(__file__).with_name("jvm") / "kafka-broker.pom.xml"
 KAFKA_VERSION = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text()).group(1)
 BROKER_CLASS = "kafka.Kafka"
@@ -218,23 +220,13 @@ def _state(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def broker_up(home: Path, run_dir: Path, port: int = 9092) -> tuple[str, bool]:
     """Start a detached broker with its log in ``home/kafka`` (its topics survive ``down``);
     returns its address and whether it was started now (False: it was running already)."""
     import json
 
     state = _state(run_dir)
-    if state and _alive(state["pid"]):
+    if state and process_alive(state["pid"]):
         return f"127.0.0.1:{state['port']}", False
     broker = KafkaBroker(home / "kafka", port, port + 1)
     broker.start(detach=True)
@@ -248,14 +240,14 @@ def broker_down(run_dir: Path, timeout: float = STOP_SECONDS) -> bool:
     """Stop the broker ``broker_up`` started (SIGTERM, then SIGKILL); False when none ran."""
     state = _state(run_dir)
     (run_dir / STATE_FILE).unlink(missing_ok=True)
-    if not state or not _alive(state["pid"]):
+    if not state or not process_alive(state["pid"]):
         return False
     os.kill(state["pid"], signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(state["pid"]) and time.monotonic() < deadline:
+    while process_alive(state["pid"]) and time.monotonic() < deadline:
         with_child_reaped(state["pid"])
         time.sleep(0.2)
-    if _alive(state["pid"]):
+    if process_alive(state["pid"]):
         os.kill(state["pid"], signal.SIGKILL)
     return True
 
