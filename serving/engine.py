@@ -38,13 +38,13 @@ def merged(view: ViewSpec, batch: str, speed: str) -> str:
     shown = f"({view.served_when})" if view.served_when else "true"
     if view.kind == "fact":
         return f"""
-        SELECT {listed}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM _coverage) AND {shown}
+        SELECT {listed}, 'batch' AS source FROM {batch} WHERE date IN (SELECT date FROM {COVERAGE}) AND {shown}
         UNION ALL
-        SELECT {listed}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM _coverage) AND {shown}
+        SELECT {listed}, 'speed' AS source FROM {speed} WHERE date NOT IN (SELECT date FROM {COVERAGE}) AND {shown}
     """
     same_key = " AND ".join(f"fresh.{key} = kept.{key}" for key in view.keys)
     return f"""
-        WITH last_covered AS (SELECT max(date) AS day FROM _coverage),
+        WITH last_covered AS (SELECT max(date) AS day FROM {COVERAGE}),
         fresh AS (
             SELECT * FROM {speed}
             WHERE (SELECT day FROM last_covered) IS NULL
@@ -64,11 +64,15 @@ def differences_fields(view: ViewSpec) -> str:
 
 
 def speed_relation(view: ViewSpec) -> str:
-    return f"_speed_{view.name}"
+    return f"speed_{view.name}"
 
 
 def batch_relation(view: ViewSpec) -> str:
-    return f"_batch_{view.name}"
+    return f"batch_{view.name}"
+
+
+def internal(relation: str) -> str:
+    return f"{INTERNAL}.{relation}"
 
 
 # Arrow from a cursor's result copies the rows once more than from a relation; the rows are at
@@ -76,25 +80,30 @@ def batch_relation(view: ViewSpec) -> str:
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
 # Relation name in DuckDB -> (lakehouse table, its declared fields: the schema when it does not exist yet)
+# Clients list and query the served views in `main`; what they are made of stays out of sight in
+# two schemas: INTERNAL has a relation per lakehouse table, COPIES DuckDB's copy of its snapshot.
+INTERNAL, COPIES = "_lake", "_copies"
+COVERAGE = f"{INTERNAL}.coverage"
 SOURCES = {
-    "_coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_FIELDS),
-    "_late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_FIELDS),
-    "_dlq": (tables.DLQ, tables.DLQ_FIELDS),
-    "_reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_FIELDS),
-    "_stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_FIELDS),
-    "_ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_FIELDS),
-    "_ops_alerts": (tables.ALERTS, tables.ALERTS_FIELDS),
-    "_supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_FIELDS),
+    "coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_FIELDS),
+    "late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_FIELDS),
+    "dlq": (tables.DLQ, tables.DLQ_FIELDS),
+    "reconciliation": (tables.RECONCILIATION, tables.RECONCILIATION_FIELDS),
+    "stream_metrics": (tables.STREAM_METRICS, tables.STREAM_METRICS_FIELDS),
+    "ingest_batches": (tables.INGEST_BATCHES, tables.INGEST_BATCHES_FIELDS),
+    "ops_alerts": (tables.ALERTS, tables.ALERTS_FIELDS),
+    "supervisor_events": (tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_FIELDS),
 }
 VIEWS_SQL = {
     "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds "
-                   "FROM _late_events",
-    "dlq": "SELECT topic, raw, reason, source, ingested_at FROM _dlq",
-    "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at FROM _reconciliation",
-    "stream_metrics": "SELECT * FROM _stream_metrics",
-    "ingest_batches": "SELECT * FROM _ingest_batches",
-    "ops_alerts": "SELECT * FROM _ops_alerts",
-    "supervisor_events": "SELECT * FROM _supervisor_events",
+                   f"FROM {INTERNAL}.late_events",
+    "dlq": f"SELECT topic, raw, reason, source, ingested_at FROM {INTERNAL}.dlq",
+    "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at "
+                      f"FROM {INTERNAL}.reconciliation",
+    "stream_metrics": f"SELECT * FROM {INTERNAL}.stream_metrics",
+    "ingest_batches": f"SELECT * FROM {INTERNAL}.ingest_batches",
+    "ops_alerts": f"SELECT * FROM {INTERNAL}.ops_alerts",
+    "supervisor_events": f"SELECT * FROM {INTERNAL}.supervisor_events",
 }
 # Speed relations of views whose partials are merged when read (a row per key and micro-batch).
 COMBINED = {speed_relation(view): view for view in VIEWS
@@ -102,13 +111,11 @@ COMBINED = {speed_relation(view): view for view in VIEWS
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.fields)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.fields)
-    VIEWS_SQL[_view.name] = merged(_view, batch_relation(_view), speed_relation(_view))
+    VIEWS_SQL[_view.name] = merged(_view, internal(batch_relation(_view)), internal(speed_relation(_view)))
     if _view.differences:
-        SOURCES[f"_{_view.differences.table}"] = (_view.differences.table, differences_fields(_view))
-        VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM _{_view.differences.table}"
+        SOURCES[_view.differences.table] = (_view.differences.table, differences_fields(_view))
+        VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM {internal(_view.differences.table)}"
 QUERYABLE = sorted(VIEWS_SQL)
-# The schema of the served tables' copies; each relation above is a view over its copy.
-LOADED = "_lake"
 
 
 @dataclass(frozen=True)
@@ -164,7 +171,7 @@ class ServingEngine:
         self.as_of = as_of
         self.connection = duckdb.connect(":memory:")
         self.connection.execute("SET GLOBAL TimeZone = 'UTC'")  # global: each query's cursor is a new session
-        self.connection.execute(f"CREATE SCHEMA {LOADED}")
+        self.connection.execute(f"CREATE SCHEMA {INTERNAL}; CREATE SCHEMA {COPIES}")
         self._lock = threading.Lock()  # one refresh at a time
         self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
@@ -172,10 +179,10 @@ class ServingEngine:
             self._copies = {relation: self._load(relation, snapshot, None)
                             for relation, snapshot in self._snapshots.items()}
             for relation in SOURCES:
-                copy = f"{LOADED}.{relation}"
+                copy = f"{COPIES}.{relation}"
                 rows = (combined_sql(COMBINED[relation], copy) if relation in COMBINED
                         else f"SELECT * EXCLUDE (_file) FROM {copy}")
-                self.connection.execute(f"CREATE VIEW {relation} AS {rows}")
+                self.connection.execute(f"CREATE VIEW {internal(relation)} AS {rows}")
         for name, sql in VIEWS_SQL.items():
             self.connection.execute(f"CREATE VIEW {name} AS {sql}")
         # From here on no connection to this database can touch files or be reconfigured.
@@ -207,7 +214,7 @@ class ServingEngine:
         self.connection.execute("COMMIT")
 
     def _load(self, relation: str, snapshot: DeltaTable | None, held: _Copy | None) -> _Copy:
-        """Make ``_lake.<relation>`` hold ``snapshot``'s rows; from ``held``, only the rows of
+        """Make ``_copies.<relation>`` hold ``snapshot``'s rows; from ``held``, only the rows of
         files the snapshot removed or added move. Call inside :meth:`_transaction`."""
         declared = tables.arrow_schema(SOURCES[relation][1])
         if snapshot is None:
@@ -220,7 +227,7 @@ class ServingEngine:
                     schema = schema.append(field)
             # Only the declared columns are served (not, e.g., the sketches a speed view merges).
             schema = pa.schema([field for field in schema if field.name in declared.names])
-        table = f"{LOADED}.{relation}"
+        table = f"{COPIES}.{relation}"
         if held is None or schema != held.schema:  # first load, or the schema evolved
             self.connection.register("_incoming", _rows(schema, fragments.values()))
             self.connection.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _incoming")

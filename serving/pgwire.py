@@ -239,6 +239,17 @@ CATALOG_SPELLINGS = [
     (re.compile(r"OPERATOR\s*\(\s*pg_catalog\.([~!=<>]+)\s*\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default\b", re.IGNORECASE), ""),
     (re.compile(r"::\s*(?:pg_catalog\.)?(?:regclass|regtype|regproc|regnamespace)\b", re.IGNORECASE), ""),
+    # Visible means on the search path, as in PostgreSQL (DuckDB's says every relation is): psql's
+    # \d lists the served views, not the internal schemas they read.
+    (re.compile(r"(?:pg_catalog\.)?pg_table_is_visible\s*\(\s*((?:\w+\.)*?\w+)\.oid\s*\)", re.IGNORECASE),
+     r"(\1.relnamespace IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema()))"),
+    # psql's \d asks for columns and tables DuckDB's pg_catalog lacks; none applies to a view.
+    (re.compile(r"\b\w+\.relforcerowsecurity\b", re.IGNORECASE), "false"),
+    (re.compile(r"\b\w+\.attstorage\b", re.IGNORECASE), "'p'"),  # plain: what psql's \d+ shows
+    (re.compile(r"::\s*pg_catalog\.", re.IGNORECASE), "::"),
+    (re.compile(r"\b((?:pg_get_expr|pg_get_viewdef)\s*\([^()]*?),\s*true\s*\)", re.IGNORECASE), r"\1)"),  # no pretty
+    (re.compile(r"(?:pg_catalog\.)?array_to_string\s*\(\s*\w+\.reloptions\s*\|\|\s*array\s*\(select[^()]*\([^()]*\)[^()]*\)"
+                r"\s*,\s*'[^']*'\s*\)", re.IGNORECASE), "''"),
 ]
 
 

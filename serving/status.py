@@ -11,7 +11,7 @@ from include.config import Settings
 from include.lakehouse import open_store
 from include.processes import process_alive
 from include.views import VIEWS
-from serving.engine import ServingEngine, batch_relation, speed_relation
+from serving.engine import ServingEngine, batch_relation, internal, speed_relation
 from include.heartbeat import read_heartbeat
 
 
@@ -83,7 +83,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         if settings.one_pass and view.in_ingest_pass:  # ingest's progress counts every topic's events
             own = {"refreshed": progress.get(INGEST_QUERY, {}).get("refreshed")}
         counted = own.get("counted") or engine.query(
-            f"SELECT max({view.speed.freshness_time}) FROM {speed_relation(view)}"
+            f"SELECT max({view.speed.freshness_time}) FROM {internal(speed_relation(view))}"
         )[1][0][0]
         rows.append(
             {

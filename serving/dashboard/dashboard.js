@@ -8,8 +8,8 @@ const TOKEN_KEY = "lambdalake-token";
 const SQL = {
   revenue: `
     WITH series AS (
-      SELECT 'speed' AS series, window_start, revenue FROM _speed_revenue_by_category_5m
-      UNION ALL SELECT 'batch', window_start, revenue FROM _batch_revenue_by_category_5m
+      SELECT 'speed' AS series, window_start, revenue FROM _lake.speed_revenue_by_category_5m
+      UNION ALL SELECT 'batch', window_start, revenue FROM _lake.batch_revenue_by_category_5m
       UNION ALL SELECT 'merged', window_start, revenue FROM revenue_by_category_5m)
     SELECT series, date_trunc('hour', window_start) AS hour, sum(revenue) AS revenue
     FROM series

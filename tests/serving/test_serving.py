@@ -60,10 +60,10 @@ def test_an_open_engine_refreshes_only_the_tables_that_changed(lake):
     assert engine.refresh() == []
     store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, 5.0)], REVENUE.schema))
     assert engine.rows(total) == [{"r": 3.0}]  # the snapshot it opened, until refreshed
-    assert engine.refresh() == ["_speed_revenue_by_category_5m"]
+    assert engine.refresh() == ["speed_revenue_by_category_5m"]
     assert engine.rows(total) == [{"r": 8.0}]
     mark_covered(store, D1, {})  # a table that did not exist when the engine opened
-    assert engine.refresh() == ["_coverage"]
+    assert engine.refresh() == ["coverage"]
     assert engine.rows(total) == [{"r": 17.0}]
     with pytest.raises(QueryRefused):  # still read-only after re-registering
         engine.query("COPY (SELECT 1) TO 'x.csv'")
@@ -72,7 +72,7 @@ def test_an_open_engine_refreshes_only_the_tables_that_changed(lake):
 def test_refresh_follows_replaced_and_compacted_files(lake):
     settings, store = lake
     engine = ServingEngine(settings)
-    speed = "SELECT revenue FROM _speed_revenue_by_category_5m ORDER BY revenue"
+    speed = "SELECT revenue FROM _lake.speed_revenue_by_category_5m ORDER BY revenue"
     for revenue in (3.0, 4.0):
         store.append(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D2, revenue)], REVENUE.schema))
     store.replace_partition(REVENUE.speed_table, store.spark.createDataFrame([revenue_row(D1, 7.0)], REVENUE.schema),
@@ -80,7 +80,7 @@ def test_refresh_follows_replaced_and_compacted_files(lake):
     engine.refresh()
     assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
     store.optimize(REVENUE.speed_table)  # removes three files of 2026-11-21 and adds one
-    assert engine.refresh() == ["_speed_revenue_by_category_5m"]
+    assert engine.refresh() == ["speed_revenue_by_category_5m"]
     assert [r["revenue"] for r in engine.rows(speed)] == [2.0, 3.0, 4.0, 7.0]
     assert engine.rows(speed) == ServingEngine(settings).rows(speed)
 
@@ -88,8 +88,8 @@ def test_refresh_follows_replaced_and_compacted_files(lake):
 def test_a_failed_refresh_changes_nothing_and_the_next_one_catches_up(lake, monkeypatch):
     settings, store = lake
     engine = ServingEngine(settings)
-    total = ("SELECT (SELECT sum(revenue) FROM _speed_revenue_by_category_5m) "
-             "+ (SELECT sum(revenue) FROM _batch_revenue_by_category_5m) AS r")
+    total = ("SELECT (SELECT sum(revenue) FROM _lake.speed_revenue_by_category_5m) "
+             "+ (SELECT sum(revenue) FROM _lake.batch_revenue_by_category_5m) AS r")
     assert engine.rows(total) == [{"r": 13.0}]
     for table in (REVENUE.speed_table, REVENUE.batch_table):
         store.append(table, store.spark.createDataFrame([revenue_row(D2, 100.0)], REVENUE.schema))
@@ -106,7 +106,7 @@ def test_a_failed_refresh_changes_nothing_and_the_next_one_catches_up(lake, monk
     with pytest.raises(OSError):
         engine.refresh()
     assert engine.rows(total) == [{"r": 13.0}]  # neither table moved
-    assert sorted(engine.refresh()) == ["_batch_revenue_by_category_5m", "_speed_revenue_by_category_5m"]
+    assert sorted(engine.refresh()) == ["batch_revenue_by_category_5m", "speed_revenue_by_category_5m"]
     assert engine.rows(total) == [{"r": 213.0}]
 
 

@@ -57,8 +57,9 @@ def as_json(rows: list[tuple], columns: list[str]) -> list[dict]:
 
 # ---- the PostgreSQL wire protocol -------------------------------------------------------------
 def test_psycopg_lists_every_served_table_and_its_columns(pg):
-    listed = {row[0] for row in pg.execute("SELECT table_name FROM information_schema.tables")}
-    assert set(QUERYABLE) <= listed
+    listed = {row[0] for row in pg.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")}
+    assert listed == set(QUERYABLE)  # what the views are made of is in schemas of its own
     for view in VIEWS:
         columns = pg.execute("SELECT column_name FROM information_schema.columns WHERE table_name = %s "
                              "ORDER BY ordinal_position", (view.name,)).fetchall()
@@ -190,7 +191,8 @@ def test_sqlalchemy_and_pandas(server, ports):
     url, _ = server
     engine = sqlalchemy.create_engine(f"postgresql+psycopg://analyst:{TOKEN}@127.0.0.1:{ports.pg}/lambdalake")
     try:
-        assert set(QUERYABLE) <= set(sqlalchemy.inspect(engine).get_view_names())
+        inspector = sqlalchemy.inspect(engine)
+        assert set(inspector.get_view_names()) == set(QUERYABLE) and inspector.get_table_names() == []
         sql = ("SELECT category, count(*) AS windows, round(sum(revenue), 2) AS revenue FROM revenue_by_category_5m "
                "GROUP BY category ORDER BY category")
         frame = pd.read_sql(sql, engine)
@@ -212,9 +214,15 @@ def psql(ports, *args: str, password: str = TOKEN) -> subprocess.CompletedProces
 def test_psql(server, ports):
     if shutil.which("psql") is None:
         pytest.skip("psql is not installed (Debian: apt-get install postgresql-client)")
-    listed = psql(ports, "-c", r"\dv")
+    listed = psql(ports, "-At", "-c", r"\d")
     assert listed.returncode == 0, listed.stderr
-    assert all(f" {name} " in listed.stdout for name in QUERYABLE)
+    assert sorted(line.split("|")[1] for line in listed.stdout.splitlines()) == QUERYABLE
+    view = VIEWS[0]
+    described = psql(ports, "-At", "-c", rf"\d+ {view.name}")
+    assert described.returncode == 0, described.stderr
+    assert [line.split("|")[0] for line in described.stdout.splitlines()[:len(view.columns) + 1]] == \
+        [*view.columns, "source"]
+    assert "View definition:" in psql(ports, "-c", rf"\d+ {view.name}").stdout  # the merge rule, in SQL
     counted = psql(ports, "-At", "-c", "SELECT count(*) FROM late_events")
     assert counted.returncode == 0 and int(counted.stdout) > 0
     refused = psql(ports, "-c", "DROP VIEW dlq")
@@ -360,7 +368,7 @@ def test_metrics_need_the_token_and_parse_as_prometheus_text(server, pg):
     assert value("lambdalake_query_duration_seconds_count", protocol="pgwire", outcome="ok") >= 1
     assert value("lambdalake_queries_refused_total", protocol="pgwire", reason="not_read_only") >= 1
     assert value("lambdalake_rows_returned_total", protocol="http") >= 1
-    for relation in ("_coverage", "_late_events", "_dlq"):
+    for relation in ("coverage", "late_events", "dlq"):
         assert value("lambdalake_table_version", table=SOURCES[relation][0]) >= 0
     streamed = [VIEWS_BY_NAME["revenue_by_category_5m"], VIEWS_BY_NAME["order_payments"]]
     for view in streamed:
