@@ -228,6 +228,14 @@ class Status(core.QueryResult):
 
 
 # ---- catalog queries ------------------------------------------------------------------------
+# PostgreSQL's names of the types DuckDB's format_type() spells its own way: clients (SQLAlchemy's
+# reflection, psql's \d) map PostgreSQL's.
+PG_TYPE_NAMES = {
+    "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
+    "bool": "boolean", "varchar": "character varying", "timestamptz": "timestamp with time zone",
+    "timestamp": "timestamp without time zone", "time": "time without time zone",
+}
+_PG_TYPE_CASES = " ".join(f"WHEN '{duckdb_name}' THEN '{name}'" for duckdb_name, name in PG_TYPE_NAMES.items())
 # DuckDB answers PostgreSQL's pg_catalog and information_schema, but for a few spellings that
 # psql, SQLAlchemy and JDBC drivers use in their catalog queries; these become DuckDB's.
 CATALOG_SPELLINGS = [
@@ -236,6 +244,8 @@ CATALOG_SPELLINGS = [
      f"'PostgreSQL {SERVER_VERSION} (lambdalake serving on DuckDB {duckdb.__version__})'"),
     (re.compile(r"\b(?:pg_catalog\.)?to_regtype\s*\(([^()]*)\)", re.IGNORECASE),
      r"(SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = \1)"),
+    (re.compile(r"\b(?:pg_catalog\.)?format_type\s*\(([^()]*)\)", re.IGNORECASE),
+     rf"(CASE pg_catalog.format_type(\1) {_PG_TYPE_CASES} ELSE pg_catalog.format_type(\1) END)"),
     (re.compile(r"OPERATOR\s*\(\s*pg_catalog\.([~!=<>]+)\s*\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default\b", re.IGNORECASE), ""),
     (re.compile(r"::\s*(?:pg_catalog\.)?(?:regclass|regtype|regproc|regnamespace)\b", re.IGNORECASE), ""),
@@ -248,6 +258,12 @@ CATALOG_SPELLINGS = [
     (re.compile(r"\b\w+\.attstorage\b", re.IGNORECASE), "'p'"),  # plain: what psql's \d+ shows
     (re.compile(r"::\s*pg_catalog\.", re.IGNORECASE), "::"),
     (re.compile(r"\b((?:pg_get_expr|pg_get_viewdef)\s*\([^()]*?),\s*true\s*\)", re.IGNORECASE), r"\1)"),  # no pretty
+    # SQLAlchemy's column reflection: no sequences or collation namespaces here, and DuckDB's name
+    # for a JSON object.
+    (re.compile(r"CAST\s*\(\s*CAST\s*\(\s*(?:pg_catalog\.)?pg_get_serial_sequence\s*\(.*?\)\s*AS\s+REGCLASS\s*\)"
+                r"\s*AS\s+OID\s*\)", re.IGNORECASE | re.DOTALL), "NULL"),
+    (re.compile(r"\b(?:\w+\.)*collnamespace\b", re.IGNORECASE), "NULL"),
+    (re.compile(r"\bjson_build_object\s*\(", re.IGNORECASE), "json_object("),
     (re.compile(r"(?:pg_catalog\.)?array_to_string\s*\(\s*\w+\.reloptions\s*\|\|\s*array\s*\(select[^()]*\([^()]*\)[^()]*\)"
                 r"\s*,\s*'[^']*'\s*\)", re.IGNORECASE), "''"),
 ]

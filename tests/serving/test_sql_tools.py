@@ -193,6 +193,10 @@ def test_sqlalchemy_and_pandas(server, ports):
     try:
         inspector = sqlalchemy.inspect(engine)
         assert set(inspector.get_view_names()) == set(QUERYABLE) and inspector.get_table_names() == []
+        for view in VIEWS:  # reflected with PostgreSQL's type names, which SQLAlchemy maps to its types
+            columns = inspector.get_columns(view.name)
+            assert [c["name"] for c in columns] == [*view.columns, "source"], view.name
+            assert not [c["name"] for c in columns if isinstance(c["type"], sqlalchemy.types.NullType)], view.name
         sql = ("SELECT category, count(*) AS windows, round(sum(revenue), 2) AS revenue FROM revenue_by_category_5m "
                "GROUP BY category ORDER BY category")
         frame = pd.read_sql(sql, engine)
