@@ -79,11 +79,11 @@ def internal(relation: str) -> str:
 # most the row cap, while a relation costs a second parse and bind (~2.5 ms a query).
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning)
 
-# Relation name in DuckDB -> (lakehouse table, its declared fields: the schema when it does not exist yet)
 # Clients list and query the served views in `main`; what they are made of stays out of sight in
 # two schemas: INTERNAL has a relation per lakehouse table, COPIES DuckDB's copy of its snapshot.
 INTERNAL, COPIES = "_lake", "_copies"
-COVERAGE = f"{INTERNAL}.coverage"
+COVERAGE = internal("coverage")
+# Relation name in INTERNAL -> (lakehouse table, its declared fields: the schema when it does not exist yet)
 SOURCES = {
     "coverage": (tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_FIELDS),
     "late_events": (tables.LATE_EVENTS, tables.LATE_EVENTS_FIELDS),
@@ -96,14 +96,12 @@ SOURCES = {
 }
 VIEWS_SQL = {
     "late_events": "SELECT topic, event_id, event_time, arrived_at, watermark_at_arrival, lateness_seconds "
-                   f"FROM {INTERNAL}.late_events",
-    "dlq": f"SELECT topic, raw, reason, source, ingested_at FROM {INTERNAL}.dlq",
+                   f"FROM {internal('late_events')}",
+    "dlq": f"SELECT topic, raw, reason, source, ingested_at FROM {internal('dlq')}",
     "reconciliation": "SELECT view, date, metric, speed_value, batch_value, diff, computed_at "
-                      f"FROM {INTERNAL}.reconciliation",
-    "stream_metrics": f"SELECT * FROM {INTERNAL}.stream_metrics",
-    "ingest_batches": f"SELECT * FROM {INTERNAL}.ingest_batches",
-    "ops_alerts": f"SELECT * FROM {INTERNAL}.ops_alerts",
-    "supervisor_events": f"SELECT * FROM {INTERNAL}.supervisor_events",
+                      f"FROM {internal('reconciliation')}",
+    **{name: f"SELECT * FROM {internal(name)}"
+       for name in ("stream_metrics", "ingest_batches", "ops_alerts", "supervisor_events")},
 }
 # Speed relations of views whose partials are merged when read (a row per key and micro-batch).
 COMBINED = {speed_relation(view): view for view in VIEWS
