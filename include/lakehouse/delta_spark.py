@@ -10,7 +10,7 @@ import pyarrow as pa
 from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField, StructType
 
 # Session settings Delta reads to record a txn on MERGE and other non-DataFrameWriter writes.
@@ -18,13 +18,27 @@ TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 
+def _session_with_txn(base: SparkSession, txn: Txn) -> SparkSession:
+    """A session of its own carrying ``txn`` for one MERGE. Set on a shared session, the txn
+    would be read by every write other threads make meanwhile (ingest writes tables in
+    parallel): one thread's cleanup left another's MERGE half a txn, and a write without a txn
+    could record, or be skipped as, someone else's."""
+    session = base.newSession()  # same SparkContext and cache, its own settings
+    for key, value in base.conf.getAll.items():
+        if base.conf.isModifiable(key):
+            session.conf.set(key, value)
+    session.conf.set(TXN_APP_ID_CONF, txn.app_id)
+    session.conf.set(TXN_VERSION_CONF, str(txn.version))
+    return session
+
+
 class DeltaSparkStore(LakehouseStore):
     engine = "delta-spark"
 
-    def _table(self, path: str):  # noqa: ANN202 - delta.tables is importable only with the jars
+    def _table(self, path: str, session: SparkSession | None = None):  # noqa: ANN202 - delta.tables needs the jars
         from delta.tables import DeltaTable as SparkDeltaTable
 
-        return SparkDeltaTable.forPath(self.spark, path)
+        return SparkDeltaTable.forPath(session or self.spark, path)
 
     def _is_conflict(self, exc: Exception) -> bool:
         from delta import exceptions
@@ -71,21 +85,13 @@ class DeltaSparkStore(LakehouseStore):
         delete_when: str | None,
     ) -> None:
         condition = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
-        conf = self.spark.conf
-        if txn is not None:
-            conf.set(TXN_APP_ID_CONF, txn.app_id)
-            conf.set(TXN_VERSION_CONF, str(txn.version))
-        try:
-            merger = self._table(path).alias("t").merge(data.alias("s"), condition)
-            if delete_when:  # the first matching clause applies
-                merger = merger.whenMatchedDelete(condition=delete_when)
-            if update_when != "false":
-                merger = merger.whenMatchedUpdateAll(condition=update_when)
-            merger.whenNotMatchedInsertAll(condition=f"NOT ({delete_when})" if delete_when else None).execute()
-        finally:
-            if txn is not None:
-                conf.unset(TXN_APP_ID_CONF)
-                conf.unset(TXN_VERSION_CONF)
+        session = _session_with_txn(data.sparkSession, txn) if txn is not None else None
+        merger = self._table(path, session).alias("t").merge(data.alias("s"), condition)
+        if delete_when:  # the first matching clause applies
+            merger = merger.whenMatchedDelete(condition=delete_when)
+        if update_when != "false":
+            merger = merger.whenMatchedUpdateAll(condition=update_when)
+        merger.whenNotMatchedInsertAll(condition=f"NOT ({delete_when})" if delete_when else None).execute()
 
     def _do_replace(self, path: str, data: DataFrame, predicate: str, txn: Txn | None) -> None:
         self._writer(data, txn).mode("overwrite").option("replaceWhere", predicate).save(path)

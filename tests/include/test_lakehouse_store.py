@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timezone
 
 import pytest
@@ -98,6 +99,31 @@ def test_merge_upserts_on_keys(store, spark):
     assert not store.merge(name, rows(spark, (2, "X", 0.0, T0, D1)), keys=["id"], txn=Txn("m", 7))
     expected = rows(spark, (1, "a", 1.0, T0, D1), (2, "B", 20.0, T0, D1), (3, "c", 3.0, T0, D2))
     assertDataFrameEqual(store.read(name), expected)
+
+
+def test_merges_and_appends_from_threads_at_once_each_record_only_their_own_txn(store, spark):
+    """Ingest writes its tables from several threads; a txn must never leak from one write to
+    another (delta-spark used to pass a MERGE's txn through settings the whole session shares)."""
+    merged = [make_table(store, f"merged_{i}") for i in range(2)]
+    plain = make_table(store, "plain")
+
+    def merge_rounds(name: str) -> None:
+        for version in range(2):
+            store.merge(name, rows(spark, (version, name, 1.0, T0, D1)), keys=["id"], txn=Txn(f"app_{name}", version))
+
+    def append_rounds() -> None:
+        for version in range(4):
+            store.append(plain, rows(spark, (version, "p", 1.0, T0, D1)))
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        writes = [pool.submit(merge_rounds, name) for name in merged] + [pool.submit(append_rounds)]
+        for write in writes:
+            write.result()  # raises the thread's error
+    for name in merged:
+        assert store.read(name).count() == 2
+        assert store.txn_version(name, f"app_{name}") == 1
+        assert all(store.txn_version(other, f"app_{name}") is None for other in [*merged, plain] if other != name)
+    assert store.read(plain).count() == 4
 
 
 def test_merge_validates_keys(store, spark):
