@@ -228,14 +228,39 @@ class Status(core.QueryResult):
 
 
 # ---- catalog queries ------------------------------------------------------------------------
-# PostgreSQL's names of the types DuckDB's format_type() spells its own way: clients (SQLAlchemy's
-# reflection, psql's \d) map PostgreSQL's.
+# What PostgreSQL's format_type() answers for the types whose pg_type name is an abbreviation:
+# clients (SQLAlchemy's reflection, psql's \d) map these names.
 PG_TYPE_NAMES = {
     "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real", "float8": "double precision",
     "bool": "boolean", "varchar": "character varying", "timestamptz": "timestamp with time zone",
     "timestamp": "timestamp without time zone", "time": "time without time zone",
 }
-_PG_TYPE_CASES = " ".join(f"WHEN '{duckdb_name}' THEN '{name}'" for duckdb_name, name in PG_TYPE_NAMES.items())
+# DuckDB's pg_attribute gives a column's DuckDB type id as its atttypid, not the PostgreSQL OID of
+# pg_type (BIGINT is 14, not 20), and its format_type() takes the DuckDB id: drivers that join
+# pg_attribute to pg_type (PostgreSQL's JDBC driver, which DBeaver and Metabase use) lost the
+# columns. Catalog queries read these corrected ones instead; a type DuckDB's pg_type lacks (a
+# list, sent as JSON) shows as varchar, so that drivers joining pg_type keep the column. format_type is a CASE, not a lookup per row: SQLAlchemy's column query calls it
+# in correlated subqueries (4-6 s per table with a lookup, 0.1 s so).
+CATALOG = "_catalog"
+VARCHAR_OID = 1043
+
+
+def install_catalog(connection: duckdb.DuckDBPyConnection) -> None:
+    """Create the corrected ``pg_attribute`` and ``format_type`` in schema ``_catalog``."""
+    types = connection.execute(
+        "SELECT oid, min(typname) FROM pg_catalog.pg_type WHERE oid IS NOT NULL GROUP BY oid ORDER BY oid"
+    ).fetchall()
+    names = " ".join(f"WHEN {oid} THEN '{PG_TYPE_NAMES.get(name, name)}'" for oid, name in types)
+    connection.execute(f"""
+        CREATE SCHEMA IF NOT EXISTS {CATALOG};
+        CREATE OR REPLACE MACRO {CATALOG}.format_type(type_oid, typmod) AS CASE type_oid {names} ELSE 'character varying' END;
+        CREATE OR REPLACE VIEW {CATALOG}.pg_attribute AS
+        WITH pg_oids AS (SELECT typname, min(oid) AS oid FROM pg_catalog.pg_type GROUP BY typname)
+        SELECT a.* REPLACE (coalesce(t.oid, {VARCHAR_OID}) AS atttypid)
+        FROM pg_catalog.pg_attribute a LEFT JOIN pg_oids t ON t.typname = pg_catalog.format_type(a.atttypid, NULL)
+    """)
+
+
 # DuckDB answers PostgreSQL's pg_catalog and information_schema, but for a few spellings that
 # psql, SQLAlchemy and JDBC drivers use in their catalog queries; these become DuckDB's.
 CATALOG_SPELLINGS = [
@@ -244,8 +269,8 @@ CATALOG_SPELLINGS = [
      f"'PostgreSQL {SERVER_VERSION} (lambdalake serving on DuckDB {duckdb.__version__})'"),
     (re.compile(r"\b(?:pg_catalog\.)?to_regtype\s*\(([^()]*)\)", re.IGNORECASE),
      r"(SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = \1)"),
-    (re.compile(r"\b(?:pg_catalog\.)?format_type\s*\(([^()]*)\)", re.IGNORECASE),
-     rf"(CASE pg_catalog.format_type(\1) {_PG_TYPE_CASES} ELSE pg_catalog.format_type(\1) END)"),
+    (re.compile(r"\bpg_catalog\.pg_attribute\b", re.IGNORECASE), f"{CATALOG}.pg_attribute"),
+    (re.compile(r"(?<![\w.])(?:pg_catalog\.)?format_type\s*\(", re.IGNORECASE), f"{CATALOG}.format_type("),
     (re.compile(r"OPERATOR\s*\(\s*pg_catalog\.([~!=<>]+)\s*\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default\b", re.IGNORECASE), ""),
     (re.compile(r"::\s*(?:pg_catalog\.)?(?:regclass|regtype|regproc|regnamespace)\b", re.IGNORECASE), ""),
@@ -351,6 +376,7 @@ class PgService(core.Connection):
         self.slots = slots
         self.metrics = metrics
         self.token = token
+        install_catalog(engine.connection)
         self.server_parameters = {
             "server_version": SERVER_VERSION, "server_encoding": "UTF8", "client_encoding": "UTF8",
             "DateStyle": "ISO, MDY", "IntervalStyle": "postgres", "TimeZone": "UTC", "integer_datetimes": "on",

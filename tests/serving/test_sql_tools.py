@@ -14,6 +14,7 @@ import threading
 import time
 from datetime import datetime, timezone
 from importlib.metadata import version
+from pathlib import Path
 
 import pandas as pd
 import psycopg
@@ -235,6 +236,45 @@ def test_psql(server, ports):
     assert capped.returncode == 0 and len(capped.stdout.splitlines()) == MAX_RESULT_ROWS
     assert "NOTICE:  result truncated" in capped.stderr
     assert psql(ports, "-c", "SELECT 1", password="wrong").returncode == 2
+
+
+JDBC = Path(__file__).parent / "jdbc"
+
+
+@pytest.fixture(scope="session")
+def pgjdbc(tmp_path_factory) -> Path:
+    """PostgreSQL's JDBC driver, fetched from Maven Central by mvn once per machine."""
+    if not (shutil.which("java") and shutil.which("mvn")):
+        pytest.skip("no java or mvn to fetch and run PostgreSQL's JDBC driver")
+    jars = Path.home() / ".cache" / "lambdalake" / "pgjdbc-42.7.14"
+    if not any(jars.glob("postgresql-*.jar")):
+        fetched = subprocess.run(["mvn", "-q", "-B", "-f", str(JDBC / "pom.xml"), "dependency:copy-dependencies",
+                                  "-DincludeScope=runtime", f"-DoutputDirectory={jars}"],
+                                 capture_output=True, text=True, timeout=600)
+        if fetched.returncode != 0:
+            pytest.skip(f"PostgreSQL's JDBC driver could not be fetched: {fetched.stdout[-500:]}")
+    return jars
+
+
+def test_jdbc_lists_views_and_columns_as_dbeaver_and_metabase_read_them(server, ports, pgjdbc):
+    """PostgreSQL's JDBC driver's DatabaseMetaData (what Metabase's sync and DBeaver's navigator
+    read), then a query."""
+    run = subprocess.run(["java", "-cp", f"{pgjdbc}/*", str(JDBC / "JdbcClient.java"),
+                          f"jdbc:postgresql://127.0.0.1:{ports.pg}/lambdalake", "analyst", TOKEN,
+                          "SELECT * FROM revenue_by_category_5m"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = [line.split("\t") for line in run.stdout.splitlines()]
+    assert sorted(name for kind, name, *_ in lines if kind == "table") == QUERYABLE
+    columns = [line[1:4] for line in lines if line[0] == "column"]  # table, column, type name
+    for view in VIEWS:
+        assert [name for table, name, _ in columns if table == view.name] == [*view.columns, "source"], view.name
+    types = {(table, name): type_name for table, name, type_name in columns}
+    assert types[("revenue_by_category_5m", "window_start")] == "timestamptz"
+    assert types[("revenue_by_category_5m", "revenue")] == "float8"
+    assert types[("revenue_by_category_5m", "orders")] == "int8"
+    assert types[("revenue_by_category_5m", "category")] == "varchar"
+    rows = over_http(server[0], "SELECT count(*) AS n FROM revenue_by_category_5m")[0]["n"]
+    assert ["rows", str(rows)] in lines and rows > 0
 
 
 # ---- results that cannot sink the server ------------------------------------------------------
