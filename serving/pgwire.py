@@ -235,29 +235,52 @@ PG_TYPE_NAMES = {
     "bool": "boolean", "varchar": "character varying", "timestamptz": "timestamp with time zone",
     "timestamp": "timestamp without time zone", "time": "time without time zone",
 }
-# DuckDB's pg_attribute gives a column's DuckDB type id as its atttypid, not the PostgreSQL OID of
-# pg_type (BIGINT is 14, not 20), and its format_type() takes the DuckDB id: drivers that join
-# pg_attribute to pg_type (PostgreSQL's JDBC driver, which DBeaver and Metabase use) lost the
-# columns. Catalog queries read these corrected ones instead; a type DuckDB's pg_type lacks (a
-# list, sent as JSON) shows as varchar, so that drivers joining pg_type keep the column. format_type is a CASE, not a lookup per row: SQLAlchemy's column query calls it
-# in correlated subqueries (4-6 s per table with a lookup, 0.1 s so).
+# Catalog relations and functions clients read that DuckDB's pg_catalog lacks or answers its own
+# way, in schema _catalog (client queries are spelled to read them):
+# - pg_attribute: DuckDB's gives a column's DuckDB type id as its atttypid, not the PostgreSQL OID
+#   of pg_type (BIGINT is 14, not 20), and its format_type() takes the DuckDB id, so drivers that
+#   join pg_attribute to pg_type (PostgreSQL's JDBC driver, which DBeaver and Metabase use) lost
+#   the columns. A type DuckDB's pg_type lacks (a list, sent as JSON) shows as varchar, so that
+#   such drivers keep the column.
+# - format_type is a CASE, not a lookup per row: SQLAlchemy's column query calls it in correlated
+#   subqueries (4-6 s per table with a lookup, 0.1 s so).
+# - psql's \l, \du, \df and \dv+: one database and one role (any user name and database name
+#   connect, with the token), no functions of our own, views that hold no bytes.
 CATALOG = "_catalog"
 VARCHAR_OID = 1043
+CATALOG_RELATIONS = ("pg_attribute", "pg_database", "pg_roles", "pg_auth_members")
+CATALOG_FUNCTIONS = ("format_type", "pg_encoding_to_char", "pg_table_size", "pg_get_function_result",
+                     "pg_get_function_arguments")
 
 
 def install_catalog(connection: duckdb.DuckDBPyConnection) -> None:
-    """Create the corrected ``pg_attribute`` and ``format_type`` in schema ``_catalog``."""
+    """Create :data:`CATALOG_RELATIONS` and :data:`CATALOG_FUNCTIONS` in schema ``_catalog``."""
     types = connection.execute(
         "SELECT oid, min(typname) FROM pg_catalog.pg_type WHERE oid IS NOT NULL GROUP BY oid ORDER BY oid"
     ).fetchall()
     names = " ".join(f"WHEN {oid} THEN '{PG_TYPE_NAMES.get(name, name)}'" for oid, name in types)
     connection.execute(f"""
         CREATE SCHEMA IF NOT EXISTS {CATALOG};
-        CREATE OR REPLACE MACRO {CATALOG}.format_type(type_oid, typmod) AS CASE type_oid {names} ELSE 'character varying' END;
+        CREATE OR REPLACE MACRO {CATALOG}.format_type(type_oid, typmod) AS
+            CASE type_oid {names} ELSE 'character varying' END;
         CREATE OR REPLACE VIEW {CATALOG}.pg_attribute AS
-        WITH pg_oids AS (SELECT typname, min(oid) AS oid FROM pg_catalog.pg_type GROUP BY typname)
-        SELECT a.* REPLACE (coalesce(t.oid, {VARCHAR_OID}) AS atttypid)
-        FROM pg_catalog.pg_attribute a LEFT JOIN pg_oids t ON t.typname = pg_catalog.format_type(a.atttypid, NULL)
+            WITH pg_oids AS (SELECT typname, min(oid) AS oid FROM pg_catalog.pg_type GROUP BY typname)
+            SELECT a.* REPLACE (coalesce(t.oid, {VARCHAR_OID}) AS atttypid)
+            FROM pg_catalog.pg_attribute a LEFT JOIN pg_oids t ON t.typname = pg_catalog.format_type(a.atttypid, NULL);
+        CREATE OR REPLACE VIEW {CATALOG}.pg_database AS
+            SELECT 1 AS oid, 'lambdalake' AS datname, 10 AS datdba, 6 AS encoding, 'C' AS datcollate,
+                   'C' AS datctype, true AS datallowconn, false AS datistemplate, -1 AS datconnlimit,
+                   NULL::VARCHAR[] AS datacl;
+        CREATE OR REPLACE VIEW {CATALOG}.pg_roles AS
+            SELECT 10 AS oid, 'lambdalake' AS rolname, false AS rolsuper, true AS rolinherit,
+                   false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, -1 AS rolconnlimit,
+                   NULL::TIMESTAMPTZ AS rolvaliduntil, false AS rolreplication, false AS rolbypassrls;
+        CREATE OR REPLACE VIEW {CATALOG}.pg_auth_members AS
+            SELECT NULL::INTEGER AS roleid, NULL::INTEGER AS member, NULL::INTEGER AS grantor WHERE false;
+        CREATE OR REPLACE MACRO {CATALOG}.pg_encoding_to_char(encoding) AS 'UTF8';
+        CREATE OR REPLACE MACRO {CATALOG}.pg_table_size(relation) AS 0;
+        CREATE OR REPLACE MACRO {CATALOG}.pg_get_function_result(function) AS NULL::VARCHAR;
+        CREATE OR REPLACE MACRO {CATALOG}.pg_get_function_arguments(function) AS NULL::VARCHAR;
     """)
 
 
@@ -269,8 +292,8 @@ CATALOG_SPELLINGS = [
      f"'PostgreSQL {SERVER_VERSION} (lambdalake serving on DuckDB {duckdb.__version__})'"),
     (re.compile(r"\b(?:pg_catalog\.)?to_regtype\s*\(([^()]*)\)", re.IGNORECASE),
      r"(SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = \1)"),
-    (re.compile(r"\bpg_catalog\.pg_attribute\b", re.IGNORECASE), f"{CATALOG}.pg_attribute"),
-    (re.compile(r"(?<![\w.])(?:pg_catalog\.)?format_type\s*\(", re.IGNORECASE), f"{CATALOG}.format_type("),
+    (re.compile(rf"(?<![\w.])(?:pg_catalog\.)?({'|'.join(CATALOG_RELATIONS)})\b", re.IGNORECASE), rf"{CATALOG}.\1"),
+    (re.compile(rf"(?<![\w.])(?:pg_catalog\.)?({'|'.join(CATALOG_FUNCTIONS)})\s*\(", re.IGNORECASE), rf"{CATALOG}.\1("),
     (re.compile(r"OPERATOR\s*\(\s*pg_catalog\.([~!=<>]+)\s*\)", re.IGNORECASE), r"\1"),
     (re.compile(r"\s+COLLATE\s+pg_catalog\.default\b", re.IGNORECASE), ""),
     (re.compile(r"::\s*(?:pg_catalog\.)?(?:regclass|regtype|regproc|regnamespace)\b", re.IGNORECASE), ""),
@@ -278,6 +301,8 @@ CATALOG_SPELLINGS = [
     # \d lists the served views, not the internal schemas they read.
     (re.compile(r"(?:pg_catalog\.)?pg_table_is_visible\s*\(\s*((?:\w+\.)*?\w+)\.oid\s*\)", re.IGNORECASE),
      r"(\1.relnamespace IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema()))"),
+    (re.compile(r"(?:pg_catalog\.)?pg_function_is_visible\s*\(\s*((?:\w+\.)*?\w+)\.oid\s*\)", re.IGNORECASE),
+     r"(\1.pronamespace IN (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = current_schema()))"),
     # psql's \d asks for columns and tables DuckDB's pg_catalog lacks; none applies to a view.
     (re.compile(r"\b\w+\.relforcerowsecurity\b", re.IGNORECASE), "false"),
     (re.compile(r"\b\w+\.attstorage\b", re.IGNORECASE), "'p'"),  # plain: what psql's \d+ shows
@@ -291,6 +316,7 @@ CATALOG_SPELLINGS = [
     (re.compile(r"\bjson_build_object\s*\(", re.IGNORECASE), "json_object("),
     (re.compile(r"(?:pg_catalog\.)?array_to_string\s*\(\s*\w+\.reloptions\s*\|\|\s*array\s*\(select[^()]*\([^()]*\)[^()]*\)"
                 r"\s*,\s*'[^']*'\s*\)", re.IGNORECASE), "''"),
+    (re.compile(r"\bpg_catalog\.array_to_string\s*\(", re.IGNORECASE), "array_to_string("),  # \l; DuckDB's own
 ]
 
 

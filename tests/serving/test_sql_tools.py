@@ -228,6 +228,14 @@ def test_psql(server, ports):
     assert [line.split("|")[0] for line in described.stdout.splitlines()[:len(view.columns) + 1]] == \
         [*view.columns, "source"]
     assert "View definition:" in psql(ports, "-c", rf"\d+ {view.name}").stdout  # the merge rule, in SQL
+    # The other listings psql users type: one database, one role, no functions of our own.
+    listings = {command: psql(ports, "-At", "-c", command) for command in (r"\l", r"\du", r"\df", r"\dv+", r"\dn")}
+    assert {command: run.stderr for command, run in listings.items() if run.returncode != 0} == {}
+    databases = [line.split("|")[:3] for line in listings[r"\l"].stdout.splitlines()]
+    assert databases == [["lambdalake", "lambdalake", "UTF8"]]  # name, owner, encoding
+    assert listings[r"\du"].stdout.startswith("lambdalake|") and listings[r"\df"].stdout == ""
+    assert sorted(line.split("|")[1] for line in listings[r"\dv+"].stdout.splitlines()) == QUERYABLE
+    assert "main|lambdalake" in listings[r"\dn"].stdout.splitlines()
     counted = psql(ports, "-At", "-c", "SELECT count(*) FROM late_events")
     assert counted.returncode == 0 and int(counted.stdout) > 0
     refused = psql(ports, "-c", "DROP VIEW dlq")
