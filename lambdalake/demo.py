@@ -17,10 +17,11 @@ from include.config import Settings
 from include.generator import TrafficOptions, generate
 
 
-# The demo replays a whole day at once: 2 hours of landing files per micro-batch (12 micro-batches
-# instead of 96), and late events arrive later than that, so the watermark has passed them.
+# The demo replays a whole day at once: 6 hours of landing files per micro-batch (4 micro-batches
+# instead of 96: each costs seconds of fixed work), and late events arrive later than that, so
+# the watermark has passed them.
 FILE_MINUTES = 15
-FILES_PER_MICRO_BATCH = 8
+FILES_PER_MICRO_BATCH = 24
 
 
 def say(text: str) -> None:
