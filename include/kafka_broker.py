@@ -20,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+from include.jvm import cache_dir, jdk_tool
 from include.processes import process_alive
 
 POM = Path(__file__).with_name("jvm") / "kafka-broker.pom.xml"
@@ -49,19 +50,12 @@ class BrokerUnavailable(RuntimeError):
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lambdalake" / f"kafka-{KAFKA_VERSION}"
-
-
-def _tool(name: str) -> str | None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / name).is_file():
-        return str(Path(java_home) / "bin" / name)
-    return shutil.which(name)
+    return cache_dir(f"kafka-{KAFKA_VERSION}")
 
 
 def broker_unavailable_reason() -> str | None:
     """None when the broker can run here (its jars fetched, or Java and Maven to fetch them)."""
-    if not _tool("java"):
+    if not jdk_tool("java"):
         return "no java on PATH or in $JAVA_HOME"
     if (_cache_dir() / ".complete").is_file():
         return None
@@ -146,7 +140,7 @@ class KafkaBroker:
         return self.data_dir / "broker.log"
 
     def _java(self, main: str, *args: str) -> list[str]:
-        return [_tool("java"), HEAP, f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+        return [jdk_tool("java"), HEAP, f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 "-cp", str(broker_jars() / "*"), main, *args]
 
     def _configure(self) -> Path:

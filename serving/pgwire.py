@@ -247,6 +247,7 @@ PG_TYPE_NAMES = {
 # - psql's \l, \du, \df and \dv+: one database and one role (any user name and database name
 #   connect, with the token), no functions of our own, views that hold no bytes.
 CATALOG = "_catalog"
+OWNER = "lambdalake"  # of the one database, its views, and the one role
 VARCHAR_OID = 1043
 CATALOG_RELATIONS = ("pg_attribute", "pg_database", "pg_roles", "pg_auth_members")
 CATALOG_FUNCTIONS = ("format_type", "pg_encoding_to_char", "pg_table_size", "pg_get_function_result",
@@ -268,11 +269,11 @@ def install_catalog(connection: duckdb.DuckDBPyConnection) -> None:
             SELECT a.* REPLACE (coalesce(t.oid, {VARCHAR_OID}) AS atttypid)
             FROM pg_catalog.pg_attribute a LEFT JOIN pg_oids t ON t.typname = pg_catalog.format_type(a.atttypid, NULL);
         CREATE OR REPLACE VIEW {CATALOG}.pg_database AS
-            SELECT 1 AS oid, 'lambdalake' AS datname, 10 AS datdba, 6 AS encoding, 'C' AS datcollate,
+            SELECT 1 AS oid, '{OWNER}' AS datname, 10 AS datdba, 6 AS encoding, 'C' AS datcollate,
                    'C' AS datctype, true AS datallowconn, false AS datistemplate, -1 AS datconnlimit,
                    NULL::VARCHAR[] AS datacl;
         CREATE OR REPLACE VIEW {CATALOG}.pg_roles AS
-            SELECT 10 AS oid, 'lambdalake' AS rolname, false AS rolsuper, true AS rolinherit,
+            SELECT 10 AS oid, '{OWNER}' AS rolname, false AS rolsuper, true AS rolinherit,
                    false AS rolcreaterole, false AS rolcreatedb, true AS rolcanlogin, -1 AS rolconnlimit,
                    NULL::TIMESTAMPTZ AS rolvaliduntil, false AS rolreplication, false AS rolbypassrls;
         CREATE OR REPLACE VIEW {CATALOG}.pg_auth_members AS
@@ -287,7 +288,7 @@ def install_catalog(connection: duckdb.DuckDBPyConnection) -> None:
 # DuckDB answers PostgreSQL's pg_catalog and information_schema, but for a few spellings that
 # psql, SQLAlchemy and JDBC drivers use in their catalog queries; these become DuckDB's.
 CATALOG_SPELLINGS = [
-    (re.compile(r"(?:pg_catalog\.)?pg_get_userbyid\s*\([^()]*\)", re.IGNORECASE), "'lambdalake'"),
+    (re.compile(r"(?:pg_catalog\.)?pg_get_userbyid\s*\([^()]*\)", re.IGNORECASE), f"'{OWNER}'"),
     (re.compile(r"\b(?:pg_catalog\.)?version\s*\(\s*\)", re.IGNORECASE),
      f"'PostgreSQL {SERVER_VERSION} (lambdalake serving on DuckDB {duckdb.__version__})'"),
     (re.compile(r"\b(?:pg_catalog\.)?to_regtype\s*\(([^()]*)\)", re.IGNORECASE),

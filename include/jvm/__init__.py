@@ -21,11 +21,13 @@ FILE_SYSTEM_CLASS = "lambdalake.hadoop.FastLocalFileSystem"
 ABSTRACT_FILE_SYSTEM_CLASS = "lambdalake.hadoop.FastLocalFileSystem$Fs"
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lambdalake" / "jvm"
+def cache_dir(name: str) -> Path:
+    """The folder, kept per machine, for what the project fetches or builds once (jars, tools)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lambdalake" / name
 
 
-def _tool(name: str) -> str | None:
+def jdk_tool(name: str) -> str | None:
+    """A JDK program (java, javac, jar): $JAVA_HOME's, else the one on PATH."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / name).is_file():
         return str(Path(java_home) / "bin" / name)
@@ -35,10 +37,10 @@ def _tool(name: str) -> str | None:
 def fast_local_fs_jar() -> Path | None:
     """The compiled jar (built once per source version), or None where no JDK compiler exists."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    jar = _cache_dir() / f"fast-local-fs-{digest}.jar"
+    jar = cache_dir("jvm") / f"fast-local-fs-{digest}.jar"
     if jar.is_file():
         return jar
-    javac, jar_tool = _tool("javac"), _tool("jar")
+    javac, jar_tool = jdk_tool("javac"), jdk_tool("jar")
     if not (javac and jar_tool):
         log.warning("no javac/jar found: Spark uses Hadoop's local file system, which forks a process per file")
         return None

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from include.backlog import INGEST_QUERY
 from include.heartbeat import HEARTBEAT_FILE
+from include.jvm import cache_dir, jdk_tool
 from include.output import jsonable
 from include.views import VIEWS, VIEWS_BY_NAME
 from serving.engine import QUERYABLE, SOURCES
@@ -250,11 +251,11 @@ JDBC = Path(__file__).parent / "jdbc"
 
 
 @pytest.fixture(scope="session")
-def pgjdbc(tmp_path_factory) -> Path:
+def pgjdbc() -> Path:
     """PostgreSQL's JDBC driver, fetched from Maven Central by mvn once per machine."""
-    if not (shutil.which("java") and shutil.which("mvn")):
+    if not (jdk_tool("java") and shutil.which("mvn")):
         pytest.skip("no java or mvn to fetch and run PostgreSQL's JDBC driver")
-    jars = Path.home() / ".cache" / "lambdalake" / "pgjdbc-42.7.14"
+    jars = cache_dir("pgjdbc-42.7.14")
     if not any(jars.glob("postgresql-*.jar")):
         fetched = subprocess.run(["mvn", "-q", "-B", "-f", str(JDBC / "pom.xml"), "dependency:copy-dependencies",
                                   "-DincludeScope=runtime", f"-DoutputDirectory={jars}"],
@@ -267,7 +268,7 @@ def pgjdbc(tmp_path_factory) -> Path:
 def test_jdbc_lists_views_and_columns_as_dbeaver_and_metabase_read_them(server, ports, pgjdbc):
     """PostgreSQL's JDBC driver's DatabaseMetaData (what Metabase's sync and DBeaver's navigator
     read), then a query."""
-    run = subprocess.run(["java", "-cp", f"{pgjdbc}/*", str(JDBC / "JdbcClient.java"),
+    run = subprocess.run([jdk_tool("java"), "-cp", f"{pgjdbc}/*", str(JDBC / "JdbcClient.java"),
                           f"jdbc:postgresql://127.0.0.1:{ports.pg}/lambdalake", "analyst", TOKEN,
                           "SELECT * FROM revenue_by_category_5m"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
