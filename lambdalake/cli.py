@@ -215,6 +215,31 @@ def cmd_maintain(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from include.doctor import examine, repair
+
+    examination = examine(settings)
+    findings = examination.findings
+    left = repair(findings) if args.repair else findings
+    if args.format != "table":
+        print(format_rows([{"path": str(f.path), "problem": f.problem, "repair": f.repair,
+                            "repaired": f.repair is not None and args.repair} for f in findings], args.format))
+    else:
+        for finding in findings:
+            print(finding.line(repaired=args.repair))
+    checked = f"{examination.checkpoints} checkpoints and {examination.tables} tables checked"
+    if not findings:
+        print(f"ok: {checked}, nothing a crash left behind", file=sys.stderr)
+    elif args.repair:
+        print(f"repaired {len(findings) - len(left)} of {len(findings)}; {len(left)} need you ({checked})",
+              file=sys.stderr)
+    else:
+        repairable = sum(1 for f in findings if f.repair)
+        print(f"{len(findings)} found, {repairable} repairable with --repair (stop the stream first; {checked})",
+              file=sys.stderr)
+    return RUNTIME_FAILURE if left else 0
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from serving.http import dashboard_url, serve, serve_token
 
@@ -406,6 +431,14 @@ def build_parser() -> argparse.ArgumentParser:
         "event time), vacuum files older than a week, remove consumed feed files and abandoned temporary files.",
     )
     maintain.set_defaults(handler=cmd_maintain)
+
+    doctor = commands.add_parser(
+        "doctor", parents=[common, printing], help="find (and --repair) what a crash left in the lake",
+        description="Check the checkpoints, Delta tables and feeds for torn or empty files and a dead writer's "
+        "leftovers; say what --repair would do about each, or why a person must. Exit 1 while anything is left.")
+    doctor.add_argument("--repair", action="store_true",
+                        help="carry out the repairs (with the stream stopped)")
+    doctor.set_defaults(handler=cmd_doctor)
 
     status = commands.add_parser(
         "status", parents=[common, printing], help="stream health, coverage, freshness",

@@ -239,6 +239,10 @@ def run_stream(
             if announcer:
                 threading.Thread(target=announcer.run, args=(stop,), name="day-complete-events", daemon=True).start()
             _supervise(queries, metrics, stop)
+    except StreamFailed as failed:
+        if str(settings.checkpoints_dir) in str(failed):  # a torn checkpoint file, e.g. after a full disk
+            raise StreamFailed(f"{failed} (`lambdalake doctor --home {settings.home}` says what to do)") from None
+        raise
     finally:
         _deliver_queued_events(spark)
         metrics.flush()
