@@ -13,11 +13,13 @@ plugin class, and the app (DuckDB, Arrow, delta-rs) is built only when the API s
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+log = logging.getLogger(__name__)
 URL_PREFIX = "/lambdalake"
 # Airflow's serving engine re-reads the lake as often as the dashboard redraws.
 REFRESH_SECONDS = 5.0
@@ -43,4 +45,11 @@ class LambdalakePlugin(AirflowPlugin):
 
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:  # a property: only the API server reads it
-        return [{"app": dashboard_app(), "url_prefix": URL_PREFIX, "name": "lambdalake dashboard"}]
+        from include.config import ConfigError
+
+        try:
+            app = dashboard_app()
+        except ConfigError as error:  # a wrong LAMBDALAKE_* setting must not keep Airflow's API server down
+            log.error("the lambdalake dashboard is off: %s", error)
+            return []
+        return [{"app": app, "url_prefix": URL_PREFIX, "name": "lambdalake dashboard"}]

@@ -50,3 +50,10 @@ def test_its_api_refuses_requests_without_an_airflow_login(plugin_app, method, p
 def test_its_page_is_the_dashboards_and_holds_no_data(plugin_app):
     page = plugin_app.get("/")
     assert page.status_code == 200 and "<title>lambdalake</title>" in page.text
+
+
+def test_a_wrong_setting_turns_the_dashboard_off_not_airflows_api_server(monkeypatch, caplog):
+    monkeypatch.setenv("LAMBDALAKE_WATERMARK_DELAY", "-5 minutes")
+    dashboard_app.cache_clear()
+    assert LambdalakePlugin().fastapi_apps == []
+    assert "the lambdalake dashboard is off: invalid setting LAMBDALAKE_WATERMARK_DELAY" in caplog.text
