@@ -302,7 +302,7 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     url = up(settings, args.port, args.serve_port, pg_port=pg_port)
     token = serve_token(settings)
     host = reachable_host(settings.bind_host)
-    print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)})")
+    print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)}; the dashboard: Lambdalake)")
     print(f"Dashboard:  {dashboard_url(host, args.serve_port, token)}")
     if pg_port:
         print(f"Postgres:   PGPASSWORD={token} psql -h {host.strip('[]')} -p {pg_port} -U lambdalake lambdalake")

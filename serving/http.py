@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import anyio
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Request, Response, params
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -185,11 +185,14 @@ class Freshness:
     error: str | None = None
 
 
-def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
+def create_app(settings: Settings, token: str | None, refresh_seconds: float = 1.0,
                engine: ServingEngine | None = None, slots: QuerySlots | None = None,
-               metrics: ServingMetrics | None = None) -> FastAPI:
+               metrics: ServingMetrics | None = None, login: params.Depends | None = None) -> FastAPI:
     """The HTTP server; ``engine``, ``slots`` and ``metrics`` are shared with the PostgreSQL wire
-    protocol when ``serve`` runs both (else made here)."""
+    protocol when ``serve`` runs both (else made here). Its routes need ``token`` as a bearer token
+    or, with no token, pass the ``login`` dependency (Airflow's, in :mod:`lambdalake.airflow_plugin`)."""
+    if (token is None) == (login is None):
+        raise ValueError("the serving API needs exactly one of a token and a login dependency")
     engine = engine or ServingEngine(settings, query_timeout=settings.query_timeout.total_seconds())
     slots = slots or QuerySlots(settings.max_concurrent_queries, engine.query_timeout)
     metrics = metrics or ServingMetrics(settings, engine)
@@ -217,9 +220,11 @@ def create_app(settings: Settings, token: str, refresh_seconds: float = 1.0,
         stop.set()
         refresher.join()
 
-    app = FastAPI(title="lambdalake serving", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="lambdalake serving", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[login] if login else None)
     app.state.engine, app.state.slots, app.state.metrics = engine, slots, metrics
-    app.add_middleware(RequireToken, token=token, metrics_open_on_localhost=settings.metrics_open_on_localhost)
+    if token is not None:
+        app.add_middleware(RequireToken, token=token, metrics_open_on_localhost=settings.metrics_open_on_localhost)
     app.add_middleware(CountRequests, metrics=metrics)  # the outermost: it also counts the 401s
 
     def run_query(sql: str, arrow: bool) -> Result:

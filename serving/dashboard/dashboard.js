@@ -1,5 +1,6 @@
 // The lambdalake dashboard: every panel is a query through the serving API, redrawn every few
-// seconds. The page holds no data; the token comes from the URL fragment `lambdalake serve` prints.
+// seconds. The page holds no data. From `lambdalake serve`, the token comes from the URL fragment it
+// prints; inside Airflow's UI there is none: Airflow's login cookie goes with every request.
 "use strict";
 
 const REFRESH_MS = 5000;
@@ -37,13 +38,17 @@ function readToken() {
 }
 const token = readToken();
 
+// Paths relative to the page: the API is beside it, at / from `lambdalake serve`, at /lambdalake/ in Airflow.
 async function api(path, sql) {
   const response = await fetch(path, {
     method: sql ? "POST" : "GET",
-    headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+    headers: { ...(token && { Authorization: `Bearer ${token}` }), "Content-Type": "application/json" },
     body: sql ? JSON.stringify({ sql }) : undefined,
   });
-  if (response.status === 401) throw new Error("the token was refused: open the address `lambdalake serve` printed");
+  if (response.status === 401 || response.status === 403) {
+    throw new Error(token ? "the token was refused: open the address `lambdalake serve` printed"
+      : "not signed in: open the address `lambdalake serve` printed (it ends with #token=…), or sign in to Airflow");
+  }
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;
@@ -113,7 +118,7 @@ function revenueChart(rows) {
 }
 
 async function revenue() {
-  const rows = await api("/api/query", SQL.revenue);
+  const rows = await api("api/query", SQL.revenue);
   if (!rows.length) return show("revenue", "empty", "no revenue windows yet: nothing has been streamed or batched");
   show("revenue", "data", revenueChart(rows));
 }
@@ -129,7 +134,7 @@ function waiting(row) {
 }
 
 async function freshness() {
-  const rows = await api("/api/status");
+  const rows = await api("api/status");
   const first = rows[0] || {};
   const stream = document.getElementById("stream");
   stream.textContent = `stream: ${first.stream_state || "unknown"}` + (first.heartbeat_at ? ` · heartbeat ${age(first.heartbeat_at)}` : "") +
@@ -148,7 +153,7 @@ async function freshness() {
 }
 
 async function losses() {
-  const rows = await api("/api/query", SQL.losses);
+  const rows = await api("api/query", SQL.losses);
   if (!rows.length) return show("losses", "empty", "no late events and no DLQ rows");
   const most = Math.max(...rows.map((r) => r.events));
   show("losses", "data", `<div class="scroll">${table([
@@ -161,7 +166,7 @@ async function losses() {
 }
 
 async function reconciliation() {
-  const rows = await api("/api/query", SQL.reconciliation);
+  const rows = await api("api/query", SQL.reconciliation);
   if (!rows.length) return show("reconciliation", "empty", "no nightly batch has run yet");
   const differs = (r) => Number(r.diff) !== 0;
   const days = new Set(rows.map((r) => r.date)).size;
@@ -177,7 +182,7 @@ async function reconciliation() {
 }
 
 async function alerts() {
-  const rows = await api("/api/query", SQL.alerts);
+  const rows = await api("api/query", SQL.alerts);
   if (!rows.length) return show("alerts", "empty", "no alerts");
   show("alerts", "data", table([
     ["at (UTC)", (r) => esc(utc(r.at))],
@@ -212,11 +217,5 @@ async function refresh() {
   refreshing = false;
 }
 
-if (!token) {
-  const problem = document.getElementById("problem");
-  problem.hidden = false;
-  problem.textContent = "No token: open the address `lambdalake serve` printed (it ends with #token=…).";
-} else {
-  refresh();
-  setInterval(refresh, REFRESH_MS);
-}
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -2,7 +2,7 @@
 stream the supervisor starts) on a streamed lake. Every service listens on localhost
 only; the stream's day-complete asset event, posted through the REST API with the connection `up`
 hands the stream, runs the nightly batch for that day, whose published assets run the
-maintenance."""
+maintenance; a person signed in to Airflow's UI sees the dashboard in it (the plugin)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,20 @@ from pathlib import Path
 
 import psutil
 import pytest
+from browser import PANELS, Chromium, chromium_binary, panel_states
 
 from batch_layer.maintenance import last_maintenance
-from batch_layer.nightly import day_is_complete
+from batch_layer.nightly import day_is_complete, run_batch
 from include.airflow_events import AirflowApi
 from include.assets import DAY_COMPLETE
 from include.config import ConfigError, load_settings
 from include.coverage import covered_days
 from include.heartbeat import read_heartbeat
 from include.lakehouse import open_store
+from include.notifier import notify
 from include.processes import stop_group
-from lambdalake.platform import admin_password, airflow_env, down, up
+from lambdalake.airflow_plugin import URL_PREFIX
+from lambdalake.platform import PROJECT, admin_password, airflow_env, down, up
 from speed_layer.supervisor import stop_stream, stream_pid
 
 DAY = date(2026, 11, 20)
@@ -203,6 +206,54 @@ def test_the_day_complete_event_runs_the_nightly_batch_and_then_the_maintenance(
     assert last_maintenance(settings).date() == datetime.now(timezone.utc).date()
     assert "java" in seen.values(), seen  # spark-submit's drivers, started by the tasks
     assert not_loopback(seen) == {}
+
+
+def refused(method: str, url: str, token: str | None = None) -> int | None:
+    """The HTTP status of a refusal, or None when answered."""
+    try:
+        call(method, url, token, {"sql": "SELECT count(*) FROM dlq"} if method == "POST" else None)
+    except urllib.error.HTTPError as error:
+        return error.code
+    return None
+
+
+@pytest.mark.slow
+def test_a_person_signed_in_to_airflow_sees_the_dashboard_in_its_ui(platform, tmp_path):
+    """After the nightly run above (alone, the test runs the batch itself), so that every panel
+    has data. DOCS_SCREENSHOTS=1 saves the screenshot as docs/airflow-dashboard.png."""
+    settings = platform.settings
+    if DAY not in covered_days(open_store(settings)):
+        run_batch(settings, DAY)
+    notify(settings, "speed_layer_supervisor", "stream stalled; restarting", "warning")
+    api = f"{platform.url}{URL_PREFIX}/api"
+    assert refused("GET", f"{api}/status") == refused("POST", f"{api}/query") == 401
+    assert refused("GET", f"{api}/status", token="not-a-jwt") == 403
+    assert refused("GET", f"{api}/status", token=platform.token) is None  # Airflow's token, not serve's
+
+    browser = Chromium(chromium_binary(), tmp_path / "profile", width=1440, height=1700)
+    try:
+        browser.open(f"{platform.url}/")  # Airflow sends a stranger to its sign-in page
+        browser.wait_for("!!document.querySelector('input[name=password]')", 120)
+        browser.type_into("input[name=username]", "admin")
+        browser.type_into("input[name=password]", admin_password(settings))
+        browser.evaluate("document.querySelector('button[type=submit]').click()")
+        entry = "document.querySelector('a[href$=\"plugin/lambdalake\"]')"
+        browser.wait_for(f"!!{entry}", 120)
+        browser.evaluate(f"{entry}.click()")
+        frame = "document.querySelector('iframe[title=Lambdalake]')?.contentDocument"
+        states = browser.wait_for(panel_states(frame), 120)
+        assert states == dict.fromkeys(PANELS, "data")
+        series = browser.evaluate(f"[...{frame}.querySelectorAll('#revenue polyline')].map(l => l.dataset.series)")
+        assert {"speed", "merged"} <= set(series), series
+        assert browser.evaluate(f"{frame}.querySelectorAll('#reconciliation tbody tr').length") >= 1
+        assert "stream stalled" in browser.evaluate(f"{frame}.querySelector('#alerts tbody').textContent")
+        assert browser.evaluate(f"{frame}.getElementById('problem').hidden") is True  # no refusal, no token
+        into = PROJECT / "docs" if os.environ.get("DOCS_SCREENSHOTS") else tmp_path
+        shot = browser.screenshot(into / "airflow-dashboard.png")
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+        print(f"screenshot: {shot}")
+    finally:
+        browser.close()
 
 
 def test_the_command_lines_up_builds_listen_on_the_bind_host(settings, monkeypatch):

@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,15 @@ def test_every_file_it_mounts_or_builds_from_exists(services):
             assert (PROJECT / source).exists(), source
             assert source.split("/")[0] not in ignored, f"{source} is in .dockerignore"
 
+
+
+def test_the_image_installs_every_package_of_the_project():
+    """The ``lambdalake`` command and the Airflow plugin (both in ``lambdalake/``) too."""
+    pyproject = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+    packages = [name.rstrip("*") for name in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    copied = {line.split()[0] for line in re.findall(r"^COPY (.+)$", (PROJECT / "docker" / "Dockerfile").read_text(),
+                                                      flags=re.M)}
+    assert set(packages) <= copied, set(packages) - copied
 
 def test_airflow_runs_the_dags_of_this_project_on_the_cluster_master(services, monkeypatch):
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook

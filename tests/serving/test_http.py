@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import Chromium, chromium_binary
+from browser import PANELS, Chromium, chromium_binary, panel_states
 from live_server import DAY, LAMBDALAKE, QUERY_TIMEOUT_SECONDS, TOKEN, call, clean_env, free_port
 from pydantic import SecretStr
 from test_serving import FORBIDDEN
@@ -150,18 +150,12 @@ def test_fifty_concurrent_clients_for_twenty_seconds(server, lake):
 
 
 def test_dashboard_renders_every_panel_in_headless_chromium(server, lake, tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("no Chromium binary (chromium, chromium-browser, google-chrome) on PATH; "
-                    "Debian: apt-get install chromium")
     url, _ = server
-    browser = Chromium(binary, tmp_path / "profile")
+    browser = Chromium(chromium_binary(), tmp_path / "profile")
     try:
         browser.open(f"{url}/#token={TOKEN}")
-        states = browser.wait_for(
-            "[...document.querySelectorAll('.panel')].every(p => p.dataset.state !== 'loading')"
-            " && Object.fromEntries([...document.querySelectorAll('.panel')].map(p => [p.id, p.dataset.state]))")
-        assert states == dict.fromkeys(["revenue", "freshness", "losses", "reconciliation", "alerts"], "data")
+        states = browser.wait_for(panel_states())
+        assert states == dict.fromkeys(PANELS, "data")
         assert browser.evaluate("location.hash") == ""  # the token left the address bar
         series = browser.evaluate("Object.fromEntries([...document.querySelectorAll('#revenue polyline')]"
                                   ".map(l => [l.dataset.series, l.getAttribute('points').split(' ').length]))")

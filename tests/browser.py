@@ -1,4 +1,5 @@
-"""Headless Chromium driven over the DevTools protocol: a websocket and JSON, no driver binary."""
+"""Headless Chromium driven over the DevTools protocol: a websocket and JSON, no driver binary;
+for the dashboard's tests, from ``lambdalake serve`` and inside Airflow's UI."""
 
 from __future__ import annotations
 
@@ -13,13 +14,27 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.sync.client import connect
 
 BINARIES = ("chromium", "chromium-browser", "google-chrome")
+PANELS = ("revenue", "freshness", "losses", "reconciliation", "alerts")  # serving/dashboard/index.html
 
 
-def chromium_binary() -> str | None:
-    return next((path for path in map(shutil.which, BINARIES) if path), None)
+def chromium_binary() -> str:
+    """The browser on PATH; the test skips, saying why, without one."""
+    binary = next((path for path in map(shutil.which, BINARIES) if path), None)
+    if binary is None:
+        pytest.skip(f"no Chromium binary ({', '.join(BINARIES)}) on PATH; Debian: apt-get install chromium")
+    return binary
+
+
+def panel_states(document: str = "document") -> str:
+    """JavaScript: once the dashboard in ``document`` has drawn every panel, each panel's state
+    (``data``, ``empty`` or ``error``) by id; false until then."""
+    panels = f"[...({document}?.querySelectorAll('.panel') ?? [])]"
+    return (f"{panels}.length > 0 && {panels}.every(p => p.dataset.state !== 'loading')"
+            f" && Object.fromEntries({panels}.map(p => [p.id, p.dataset.state]))")
 
 
 class Chromium:
@@ -59,6 +74,11 @@ class Chromium:
     def open(self, url: str) -> None:
         self.send("Page.enable")
         self.send("Page.navigate", url=url)
+
+    def type_into(self, selector: str, text: str) -> None:
+        """Type into a field as a person does, so that the page's framework sees the input."""
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+        self.send("Input.insertText", text=text)
 
     def evaluate(self, expression: str) -> Any:
         result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
