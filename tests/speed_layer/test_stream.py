@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from exactly_once import assert_every_line_once
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
@@ -300,12 +301,7 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     from include.spark import get_spark
 
     store = open_store(settings, get_spark(settings))
-    for topic in TOPIC_NAMES:
-        truth = ledger["topics"][topic]
-        assert store.read(tables.bronze(topic)).count() == truth["lines"], topic
-        silver = store.read(tables.silver(topic))
-        assert silver.count() == truth["valid"] == silver.select("event_id").distinct().count(), topic
-    assert store.read(tables.DLQ).count() == sum(t["corrupt"] for t in ledger["topics"].values())
+    assert_every_line_once(store, ledger)
     ingest = store.read(tables.INGEST_BATCHES)
     assert ingest.count() == ingest.select("query", "batch_id", "topic").distinct().count()
     revenue = store.read(SPEED_REVENUE)
