@@ -34,10 +34,14 @@ def group_alive(pgid: int) -> bool:
 
 
 def stop_group(pgid: int, grace_seconds: float = 60.0) -> None:
-    """SIGTERM every process of the group, then SIGKILL whatever is left after the grace period."""
+    """SIGTERM every process of the group, then SIGKILL whatever is left after the grace period.
+    SIGCONT follows the SIGTERM: a stopped process (SIGSTOP, a debugger, a frozen container) acts
+    on it only once continued, and would otherwise sit out the whole grace period."""
     for signum, wait in ((signal.SIGTERM, grace_seconds), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(pgid, signum)
+            if signum == signal.SIGTERM:
+                os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
