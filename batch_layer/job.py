@@ -2,7 +2,9 @@
 
     spark-submit batch_layer/job.py {recompute|reconcile|batch} --date YYYY-MM-DD
 
-Settings come from the ``LAMBDALAKE_*`` environment, like every other entry point.
+Settings come from the ``LAMBDALAKE_*`` environment, like every other entry point. :func:`lineage`
+says which tables a submission reads and writes; the DAG imports it, so this module imports the
+Spark side only when it runs.
 """
 
 from __future__ import annotations
@@ -12,18 +14,26 @@ import logging
 import sys
 from datetime import date
 
-from batch_layer.nightly import require_bronze, run_batch
-from batch_layer.reconcile import reconcile_day
-from batch_layer.recompute import recompute_day
+from include import tables
 from include.config import load_settings
-from include.lakehouse import open_store
+from include.lineage import Lineage
+from include.views import VIEWS
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="batch_layer/job.py")
     parser.add_argument("step", choices=("recompute", "reconcile", "batch"))
     parser.add_argument("--date", type=date.fromisoformat, required=True)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from batch_layer.nightly import require_bronze, run_batch
+    from batch_layer.reconcile import reconcile_day
+    from batch_layer.recompute import recompute_day
+    from include.lakehouse import open_store
+
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
     store = open_store(settings)
@@ -35,6 +45,30 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(run_batch(settings, args.date, store))
     return 0
+
+
+def lineage(argv: list[str]) -> Lineage:
+    """The tables one submission reads and writes: recompute reads the Bronze partitions the day's
+    views are rebuilt from and replaces the day in every batch view; reconcile compares the day's
+    batch and speed views into ``reconciliation`` (and the tables of differences); batch does both
+    and marks the day covered."""
+    from include.coverage import input_days
+    from include.lakehouse import open_store
+
+    args = parse_args(argv)
+    settings = load_settings()
+    day = [{"date": args.date.isoformat()}]
+    bronze = {tables.bronze(topic): [{"event_date": read.isoformat()} for read in days]
+              for topic, days in input_days(open_store(settings), settings, args.date).items()}
+    batch = {view.batch_table: day for view in VIEWS}
+    # A dimension's speed table is read whole (its state as of the day's end).
+    speed = {view.speed_table: [] if view.kind == "dimension" else day for view in VIEWS}
+    reconciled = {tables.RECONCILIATION: day} | {view.differences.table: day for view in VIEWS if view.differences}
+    if args.step == "recompute":
+        return Lineage(reads=bronze, writes=batch)
+    if args.step == "reconcile":
+        return Lineage(reads=batch | speed, writes=reconciled)
+    return Lineage(reads=bronze | speed, writes=batch | reconciled | {tables.BATCH_COVERAGE: []})
 
 
 if __name__ == "__main__":

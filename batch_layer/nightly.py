@@ -18,7 +18,9 @@ from include.accounting import ingest_totals
 from include.config import Settings
 from include.progress import Progress
 from include.lakehouse import LakehouseError, LakehouseStore, open_store
+from include.lineage import Lineage
 from include.registry import input_topics
+from include.schemas import TOPICS
 from include.views import CONSISTENT_METRICS, VIEWS
 from include.day_complete import complete_at, stream_watermark
 from include.heartbeat import read_heartbeat
@@ -121,6 +123,12 @@ def stream_caught_up(settings: Settings) -> bool:
     newest = datetime.fromtimestamp(max(files), timezone.utc) if files else None
     idle = ingest.get("input_rows") == 0 or beat.get("state") == "stopped"
     return idle and (newest is None or newest <= datetime.fromisoformat(progress_at))
+
+
+def data_quality_lineage(day: date) -> Lineage:
+    """What :func:`check_data_quality` reads."""
+    return Lineage(reads={tables.INGEST_BATCHES: [], **{tables.bronze(topic): [] for topic in TOPICS},
+                          tables.RECONCILIATION: [{"date": day.isoformat()}]})
 
 
 def check_data_quality(settings: Settings, day: date, store: LakehouseStore | None = None) -> list[str]:

@@ -31,6 +31,9 @@ date range.
    `lakehouse_maintenance`.
 8. **restate_stale_day** re-runs any covered day whose Bronze input changed since it was built.
 
+With OpenLineage on (`docs/lineage.md`), the tasks report the tables they read and write: Bronze's
+partitions → `batch/<view>` → `reconciliation`, and the ops tables.
+
 A Deadline Alert fires when a run is not done 3 hours after it was queued; the miss is recorded
 in `ops/alerts` (and sent to the webhook when configured).
 """
@@ -45,6 +48,7 @@ from airflow.sdk import (
     DAG, Asset, AssetOrTimeSchedule, AsyncCallback, CronTriggerTimetable, DeadlineAlert, DeadlineReference, task,
 )
 
+from batch_layer.job import lineage as job_lineage
 from include.airflow_compat import unless_dags_test
 from include.assets import BATCH_VIEWS, DAY_COMPLETE
 from include.notifier import deadline_missed, task_failed
@@ -62,7 +66,7 @@ DAY_COMPLETE_ASSET = Asset(DAY_COMPLETE)
 def spark_step(step: str) -> SparkJobOperator:
     return SparkJobOperator(
         task_id=step, application=SPARK_JOB, application_args=[step, "--date", DAY],
-        conf=SPARK_CONF, name=f"lambdalake-{step}",
+        conf=SPARK_CONF, name=f"lambdalake-{step}", lineage=job_lineage,
     )
 
 
@@ -119,23 +123,30 @@ with DAG(
         return bronze_fingerprint(open_store(settings), settings, date.fromisoformat(day))
 
     @task
-    def data_quality(day: str) -> list[str]:
+    def data_quality(day: str, **context) -> list[str]:
         from datetime import date
 
-        from batch_layer.nightly import check_data_quality
+        from batch_layer.nightly import check_data_quality, data_quality_lineage
         from include.config import load_settings
+        from include.lineage import report
 
-        return check_data_quality(load_settings(), date.fromisoformat(day))
+        settings, day = load_settings(), date.fromisoformat(day)
+        report(settings, data_quality_lineage(day), context["task"])
+        return check_data_quality(settings, day)
 
     @task(outlets=[Asset(uri) for uri in BATCH_VIEWS])
-    def publish_coverage(day: str, fingerprint: dict) -> str:
+    def publish_coverage(day: str, fingerprint: dict, **context) -> str:
         from datetime import date
 
+        from include import tables
         from include.coverage import mark_covered
         from include.config import load_settings
         from include.lakehouse import open_store
+        from include.lineage import Lineage, report
 
-        mark_covered(open_store(load_settings()), date.fromisoformat(day), fingerprint)
+        settings = load_settings()
+        mark_covered(open_store(settings), date.fromisoformat(day), fingerprint)
+        report(settings, Lineage(writes={tables.BATCH_COVERAGE: []}), context["task"])
         return day
 
     @task(trigger_rule="none_failed")  # also after a run that had nothing to do
@@ -153,6 +164,7 @@ with DAG(
     stale = stale_days()
     restate = SparkJobOperator.partial(
         task_id="restate_stale_day", application=SPARK_JOB, conf=SPARK_CONF, name="lambdalake-restate",
+        lineage=job_lineage,
     ).expand(application_args=stale)
     recompute, reconcile = spark_step("recompute"), spark_step("reconcile")
     wait_until_day_complete(day) >> batch_needed(day) >> fingerprint

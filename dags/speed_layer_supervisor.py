@@ -37,12 +37,17 @@ with DAG(
 ) as dag:
 
     @task(multiple_outputs=True)
-    def supervise_stream() -> dict:
+    def supervise_stream(**context) -> dict:
+        from include import tables
         from include.airflow_events import connection_env
         from include.config import load_settings
+        from include.lineage import Lineage, report
         from speed_layer.supervisor import supervise
 
-        decision = supervise(load_settings(), stream_env=connection_env())
+        settings = load_settings()
+        decision = supervise(settings, stream_env=connection_env())
+        report(settings, Lineage(reads={tables.INGEST_BATCHES: []}, writes={tables.SUPERVISOR_EVENTS: []}),
+               context["task"])
         return {key: str(value) for key, value in decision.items()}
 
     supervise_stream()

@@ -6,6 +6,9 @@ connection falls back to ``LAMBDALAKE_SPARK_MASTER`` (default ``local[*]``) when
 defined. When Spark cannot run at all (no binary, no Java, a master that is not a master URL,
 YARN without its configuration), the task fails at once with one line and is not retried;
 failures of a running application are retried as usual.
+
+Given ``lineage`` (the application's own: arguments -> tables), it tells the OpenLineage provider
+which tables a submission reads and writes (docs/lineage.md).
 """
 
 from __future__ import annotations
@@ -16,11 +19,16 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from include.spark import LOCAL_MASTER
+
+if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    from include.lineage import Lineage
 
 CONN_ID = "lambdalake_spark"
 MASTER = re.compile(LOCAL_MASTER.pattern + r"|spark://[^/\s]+:\d+(,[^/\s]+:\d+)*|yarn|k8s://\S+|mesos://\S+")
@@ -61,8 +69,19 @@ def check_runnable(master: str, binary: str, environ: dict[str, str]) -> None:
 class SparkJobOperator(SparkSubmitOperator):
     """``SparkSubmitOperator`` on the ``lambdalake_spark`` connection, runnable anywhere."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, lineage: Callable[[list[str]], Lineage] | None = None, **kwargs: Any) -> None:
         super().__init__(conn_id=CONN_ID, **kwargs)
+        self.lineage = lineage
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage | None:
+        """The tables this submission reads and writes (the provider asks at start and end, only
+        while lineage is on)."""
+        if self.lineage is None:
+            return None
+        from include.config import load_settings
+        from include.lineage import operator_lineage
+
+        return operator_lineage(load_settings(), self.lineage(list(self.application_args or [])))
 
     def execute(self, context: Any) -> None:
         from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException
