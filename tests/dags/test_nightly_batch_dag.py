@@ -68,15 +68,31 @@ def test_spark_that_cannot_run_fails_the_task_at_once_without_retry(lake_env, mo
     assert line in output.out + output.err
 
 
-@pytest.mark.slow
-def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(lake_env, tmp_path):
-    settings, result = lake_env
-    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != VENV_BIN)
+@pytest.fixture(scope="module")
+def dags_test_run(lake, tmp_path_factory):
+    """One standard `airflow dags test` of the nightly DAG in a fresh Airflow home, with no
+    connection and no PATH entry for Spark, and lineage on: the provider's file transport writes
+    the run's OpenLineage events to a file."""
+    settings, result = lake
+    home = tmp_path_factory.mktemp("dags-test")
+    events = home / "openlineage.jsonl"
     env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW_CONN_")}
-    env.update(PATH=path, AIRFLOW_HOME=str(tmp_path / "airflow"))
+    env.update(
+        LAKE_ENV, LAMBDALAKE_HOME=str(settings.home), AIRFLOW_HOME=str(home / "airflow"),
+        PATH=os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != VENV_BIN),
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps({"type": "file", "log_file_path": str(events), "append": True}),
+        AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO="true",
+        AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT="120",  # a busy 2-core machine: emission must not be cut off
+    )
     subprocess.run([VENV_BIN / "airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     run = subprocess.run([VENV_BIN / "airflow", "dags", "test", "lambda_nightly_batch", "2026-11-21"],
                          env=env, capture_output=True, text=True, timeout=900)
+    return settings, result, run, events
+
+
+@pytest.mark.slow
+def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(dags_test_run):
+    settings, result, run, _ = dags_test_run
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     assert DAY in covered_days(open_store(settings))
@@ -89,6 +105,56 @@ def test_airflow_dags_test_in_a_fresh_home_without_connection_or_path(lake_env, 
         f"SELECT metric, batch_value FROM reconciliation WHERE date = DATE '{DAY}'")
     recovered = {r["metric"]: r["batch_value"] for r in reconciliation}["late_matches_recovered"]
     assert recovered == result.ledger["order_payments"]["late_paid"]
+
+
+TOPICS = ["clicks", "orders", "payments", "customers_cdc", "sensors"]
+VIEWS = ["revenue_by_category_5m", "order_payments", "traffic_by_page_10m", "device_health_5m", "user_sessions",
+         "alerts", "customers", "customers_history", "revenue_by_segment_1h"]
+
+
+@pytest.mark.slow
+def test_the_run_reports_bronze_to_batch_views_to_reconciliation_to_openlineage(dags_test_run):
+    settings, _, run, events_file = dags_test_run
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    events = [json.loads(line) for line in events_file.read_text().splitlines()]
+
+    def of_task(task_id: str) -> dict[str, dict]:
+        return {e["eventType"]: e for e in events if e["job"]["name"] == f"lambda_nightly_batch.{task_id}"}
+
+    def tables_of(datasets: list[dict]) -> set[str]:
+        assert {d["namespace"] for d in datasets} <= {"file"}
+        return {d["name"] for d in datasets}
+
+    lake = str(settings.lakehouse_dir)
+    bronze = {f"{lake}/bronze/{topic}" for topic in TOPICS}
+    batch = {f"{lake}/batch/{view}" for view in VIEWS}
+    recompute, reconcile = of_task("recompute"), of_task("reconcile")
+    for step in (recompute, reconcile):
+        assert {"START", "COMPLETE"} <= step.keys()
+    for event in (recompute["START"], recompute["COMPLETE"]):
+        assert tables_of(event["inputs"]) == bronze
+        assert tables_of(event["outputs"]) == batch
+    for event in (reconcile["START"], reconcile["COMPLETE"]):
+        assert batch | {f"{lake}/speed/{view}" for view in VIEWS} == tables_of(event["inputs"])
+        assert f"{lake}/reconciliation" in tables_of(event["outputs"])
+
+    # The day's partitions, as subset facets: Bronze's event day read, each view's day replaced.
+    orders = next(d for d in recompute["START"]["inputs"] if d["name"] == f"{lake}/bronze/orders")
+    read = orders["inputFacets"]["subset"]["inputCondition"]["partitions"]
+    assert {"dimensions": {"event_date": DAY.isoformat()}} in read
+    order_payments = next(d for d in recompute["COMPLETE"]["outputs"] if d["name"] == f"{lake}/batch/order_payments")
+    written = order_payments["outputFacets"]["subset"]["outputCondition"]["partitions"]
+    assert written == [{"dimensions": {"date": DAY.isoformat()}}]
+
+    # The Python tasks, through the hook-lineage collector: on COMPLETE.
+    assert tables_of(of_task("publish_coverage")["COMPLETE"]["outputs"]) == {f"{lake}/ops/batch_coverage"}
+    checked = tables_of(of_task("data_quality")["COMPLETE"]["inputs"])
+    assert {f"{lake}/reconciliation", f"{lake}/ops/ingest_batches"} <= checked
+
+    # Each task's run is a child of the DAG run's, and the Spark application got the task's identity.
+    dag_run = next(e for e in events if e["job"]["name"] == "lambda_nightly_batch" and e["eventType"] == "COMPLETE")
+    assert recompute["START"]["run"]["facets"]["parent"]["run"]["runId"] == dag_run["run"]["runId"]
+    assert f"spark.openlineage.parentRunId={recompute['START']['run']['runId']}" in run.stdout + run.stderr
 
 
 def test_deadline_callback_records_the_miss(settings, monkeypatch):
