@@ -15,8 +15,8 @@ import sys
 from datetime import date
 
 from include import tables
-from include.config import load_settings
-from include.lineage import Lineage
+from include.config import Settings, load_settings
+from include.lineage import Lineage, Partition
 from include.views import VIEWS
 
 
@@ -51,24 +51,31 @@ def lineage(argv: list[str]) -> Lineage:
     """The tables one submission reads and writes: recompute reads the Bronze partitions the day's
     views are rebuilt from and replaces the day in every batch view; reconcile compares the day's
     batch and speed views into ``reconciliation`` (and the tables of differences); batch does both
-    and marks the day covered."""
-    from include.coverage import input_days
-    from include.lakehouse import open_store
-
+    and marks the day covered. Declared, not measured: no table is opened."""
     args = parse_args(argv)
-    settings = load_settings()
     day = [{"date": args.date.isoformat()}]
-    bronze = {tables.bronze(topic): [{"event_date": read.isoformat()} for read in days]
-              for topic, days in input_days(open_store(settings), settings, args.date).items()}
     batch = {view.batch_table: day for view in VIEWS}
     # A dimension's speed table is read whole (its state as of the day's end).
     speed = {view.speed_table: [] if view.kind == "dimension" else day for view in VIEWS}
     reconciled = {tables.RECONCILIATION: day} | {view.differences.table: day for view in VIEWS if view.differences}
+    bronze = bronze_read(load_settings(), args.date)
     if args.step == "recompute":
         return Lineage(reads=bronze, writes=batch)
     if args.step == "reconcile":
         return Lineage(reads=batch | speed, writes=reconciled)
     return Lineage(reads=bronze | speed, writes=batch | reconciled | {tables.BATCH_COVERAGE: []})
+
+
+def bronze_read(settings: Settings, day: date) -> dict[str, list[Partition]]:
+    """Per Bronze table, the event days rebuilding ``day`` reads (include.coverage.input_days
+    without opening a table): a dimension's topic is read whole, its history up to the day."""
+    days: dict[str, set[date] | None] = {}
+    for view in VIEWS:
+        for topic in view.inputs:
+            whole = view.kind == "dimension" or (topic in days and days[topic] is None)
+            days[topic] = None if whole else days.get(topic, set()) | set(view.input_days(topic, day, settings))
+    return {tables.bronze(topic): [] if read is None else [{"event_date": d.isoformat()} for d in sorted(read)]
+            for topic, read in days.items()}
 
 
 if __name__ == "__main__":

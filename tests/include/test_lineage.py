@@ -47,3 +47,13 @@ def test_with_lineage_off_reporting_goes_to_airflows_no_op_collector(settings, m
     assert conf.is_disabled()
     assert isinstance(get_hook_lineage_collector(), NoOpCollector)
     report(settings, Lineage(writes={"ops/batch_coverage": []}), object())  # nothing to see, nothing raised
+
+
+def test_recompute_reads_the_days_bronze_partitions_and_a_dimensions_topic_whole(settings, monkeypatch):
+    monkeypatch.setenv("LAMBDALAKE_HOME", str(settings.home))
+    step = job_lineage(["recompute", "--date", "2026-11-20"])
+    assert {"event_date": "2026-11-20"} in step.reads["bronze/orders"]
+    assert step.reads["bronze/customers_cdc"] == []  # the customer dimension: its whole history
+    assert set(step.writes) == {f"batch/{view}" for view in (
+        "revenue_by_category_5m", "order_payments", "traffic_by_page_10m", "device_health_5m", "user_sessions",
+        "alerts", "customers", "customers_history", "revenue_by_segment_1h")}
