@@ -156,6 +156,9 @@ def supervise(settings: Settings, now: datetime | None = None, stream_env: dict[
     if diagnosis.state != "absent":
         stop_stream(settings)
     pid = start_stream(settings, stream_env)
+    if diagnosis.state != "absent":
+        notify(settings, "speed_layer_supervisor", f"stream {diagnosis.state}; restarted", severity="warning",
+               reason=diagnosis.reason, pid=pid)
     decision = "start" if diagnosis.state == "absent" else "restart"
     return _record(settings, diagnosis, decision, f"{diagnosis.reason}; started pid {pid}", restarts + 1, pid)
 

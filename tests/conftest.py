@@ -1,10 +1,14 @@
-"""Shared fixtures: one SparkSession for the whole run, a fresh lambdalake home per test."""
+"""Shared fixtures: one SparkSession for the whole run, a fresh lambdalake home per test, a
+throwaway Airflow home."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -16,6 +20,21 @@ from include.config import Settings, load_settings
 from include.generator import GenerationResult
 from include.spark import cached_spark_jars, delta_spark_unavailable_reason, get_spark
 from include.spark_jars import main as spark_jars_main
+
+# Airflow reads its configuration when first imported: point it at a throwaway home first.
+AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="lambdalake-airflow-"))
+os.environ.update({
+    "AIRFLOW_HOME": str(AIRFLOW_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(Path(__file__).resolve().parents[1] / "dags"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    # No connection and no PATH entry for Spark: the DAGs must find both themselves.
+})
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    subprocess.run([Path(sys.executable).parent / "airflow", "db", "migrate"], check=True, capture_output=True)
+    return AIRFLOW_HOME
 
 
 @pytest.fixture(scope="session")

@@ -3,15 +3,19 @@ that makes no progress standing in for a stalled stream; the restart cap; the fr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from airflow.dag_processing.dagbag import DagBag
+from exactly_once import assert_every_line_once
 
 from include import tables
 from include.config import load_settings
@@ -19,9 +23,13 @@ from include.generator import TrafficOptions, generate
 from include.generator.landing import LandingZone
 from include.lakehouse import open_store
 from include.heartbeat import HEARTBEAT_FILE, read_heartbeat
+from include.processes import process_alive
+from include.schemas import TOPIC_NAMES
 from speed_layer.supervisor import (
     PID_FILE, check_freshness, diagnose, stop_stream, supervise,
 )
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
 @pytest.fixture
@@ -50,10 +58,29 @@ def wait_for(condition, seconds=120):
     return False
 
 
+def supervisor_dag_decides(settings) -> dict:
+    """One run of the speed_layer_supervisor DAG as Airflow runs it (``dag.test()``): its decision."""
+    dag = DagBag(dag_folder=str(DAGS)).dags["speed_layer_supervisor"]
+    assert dag.test().state == "success"
+    events = open_store(settings).select_arrow(tables.SUPERVISOR_EVENTS, ["at", "state", "decision"])
+    return events.sort_by("at").to_pylist()[-1]
+
+
+def java_of(pgid: int) -> int:
+    """The JVM in a stream's process group."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and (stat.parent / "exe").resolve().name == "java":
+                return int(stat.parent.name)
+    raise AssertionError(f"no JVM in process group {pgid}")
+
+
 @pytest.mark.slow
-def test_starts_the_stream_and_restarts_it_after_a_kill(home):
-    generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 0.5, TrafficOptions(orders_per_hour=50), seed=1,
-             progress=False)
+def test_starts_the_stream_restarts_it_after_a_kill_and_after_it_hangs(home, airflow_db, monkeypatch):
+    ledger = generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=50),
+                      seed=1, file_minutes=5, progress=False).ledger
+    monkeypatch.setenv("LAMBDALAKE_MAX_FILES_PER_TRIGGER", "1")  # many micro-batches: it hangs mid-way
     assert supervise(home)["decision"] == "start"
     first = int((home.run_dir / PID_FILE).read_text())
     assert wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("state") == "running")
@@ -66,7 +93,42 @@ def test_starts_the_stream_and_restarts_it_after_a_kill(home):
     assert row["decision"] == "restart" and row["state"] == "dead"
     second = int((home.run_dir / PID_FILE).read_text())
     assert second != first and wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("pid") == second)
-    assert decisions(home) == ["start", "none", "restart"]
+
+    # It hangs (its JVM stopped: the driver waits on it and its heartbeat stands still) with
+    # landed files waiting; the DAG's next run finds it stalled and restarts it.
+    monkeypatch.setenv("LAMBDALAKE_STALL_AFTER", "20 seconds")  # for the DAG's task, as the fixture's settings
+    monkeypatch.setenv("LAMBDALAKE_RESTART_BACKOFF", "1s")
+    assert wait_for(lambda: ingested(home) > 0, 180)
+    os.kill(java_of(second), signal.SIGSTOP)
+    stalled = home.model_copy(update={"stall_after": timedelta(seconds=20)})
+    assert wait_for(lambda: diagnose(stalled).state == "stalled", 90)
+    hung = time.monotonic()
+    decision = supervisor_dag_decides(home)
+    assert (decision["state"], decision["decision"]) == ("stalled", "restart")
+    assert time.monotonic() - hung < 60  # stopped gracefully at once, not after the 90-s grace
+    third = int((home.run_dir / PID_FILE).read_text())
+    assert third != second and not process_alive(second)
+    assert decisions(home) == ["start", "none", "restart", "restart"]
+    alerts = open_store(home).select_arrow(tables.ALERTS, ["source", "message"]).to_pylist()
+    assert {"source": "speed_layer_supervisor", "message": "stream stalled; restarted"} in alerts
+
+    landed = sum(topic["lines"] for topic in ledger["topics"].values())
+
+    def caught_up() -> bool:
+        if diagnose(home).state == "dead":  # it died starting (a busy machine): the DAG's next run
+            supervisor_dag_decides(home)
+        return ingested(home) == landed
+
+    assert wait_for(caught_up, 300)  # then exactly once
+    stop_stream(home, timeout=60)
+    assert_every_line_once(open_store(home), ledger)
+
+
+def ingested(settings) -> int:
+    """Lines in Bronze so far."""
+    store = open_store(settings)
+    names = [tables.bronze(topic) for topic in TOPIC_NAMES if store.exists(tables.bronze(topic))]
+    return sum(store.select_arrow(name, ["event_date"]).num_rows for name in names)
 
 
 def test_stalled_stream_is_detected_and_restarted(home):
