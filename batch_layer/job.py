@@ -17,7 +17,7 @@ from datetime import date
 from include import tables
 from include.config import Settings, load_settings
 from include.lineage import Lineage, Partition
-from include.views import VIEWS
+from include.views import VIEWS, days_read
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -67,15 +67,11 @@ def lineage(argv: list[str]) -> Lineage:
 
 
 def bronze_read(settings: Settings, day: date) -> dict[str, list[Partition]]:
-    """Per Bronze table, the event days rebuilding ``day`` reads (include.coverage.input_days
-    without opening a table): a dimension's topic is read whole, its history up to the day."""
-    days: dict[str, set[date] | None] = {}
-    for view in VIEWS:
-        for topic in view.inputs:
-            whole = view.kind == "dimension" or (topic in days and days[topic] is None)
-            days[topic] = None if whole else days.get(topic, set()) | set(view.input_days(topic, day, settings))
-    return {tables.bronze(topic): [] if read is None else [{"event_date": d.isoformat()} for d in sorted(read)]
-            for topic, read in days.items()}
+    """Per Bronze table, the event days rebuilding ``day`` reads (no partitions: the whole table,
+    a dimension's history)."""
+    days, whole = days_read(settings, day)
+    return {tables.bronze(topic): [] if topic in whole else [{"event_date": d.isoformat()} for d in sorted(read)]
+            for topic, read in {**days, **dict.fromkeys(whole, set())}.items()}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 from include import tables
 from include.config import Settings
+from include.doctor import ABANDONED_AFTER_SECONDS
 from include.lakehouse import all_tables, open_store
 from include.schemas import TOPIC_NAMES
 
@@ -48,7 +49,7 @@ def checkpoint_hygiene(settings: Settings, now: float | None = None) -> dict[str
             removed["feed_files"] += 1
     for folder in (settings.feeds_dir, settings.landing_dir):
         for path in folder.glob("*/.*.tmp"):
-            if now - path.stat().st_mtime > 3600:
+            if now - path.stat().st_mtime > ABANDONED_AFTER_SECONDS:
                 path.unlink()
                 removed["temporary_files"] += 1
     log.info("checkpoint hygiene: %s", removed)

@@ -17,21 +17,17 @@ import pyarrow as pa
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
-from include.views import VIEWS
+from include.views import days_read
 
 
 def input_days(store: LakehouseStore, settings: Settings, day: date) -> dict[str, list[date]]:
-    """Per topic, the event days some view reads to rebuild ``day``: a dimension reads its
-    inputs' whole history up to the day's end."""
-    needed: dict[str, set[date]] = {}
-    for view in VIEWS:
-        for topic in view.inputs:
-            if view.kind == "dimension":
-                days = [landed for landed in bronze_row_counts(store, topic) if landed is not None and landed <= day]
-            else:
-                days = view.input_days(topic, day, settings)
-            needed.setdefault(topic, set()).update(days)
-    return {topic: sorted(days) for topic, days in needed.items()}
+    """Per topic, the event days some view reads to rebuild ``day`` (:func:`days_read`, a whole
+    history as the days landed in Bronze)."""
+    days, whole = days_read(settings, day)
+    for topic in whole:
+        landed = (d for d in bronze_row_counts(store, topic) if d is not None and d <= day)
+        days.setdefault(topic, set()).update(landed)
+    return {topic: sorted(read) for topic, read in days.items()}
 
 
 def bronze_row_counts(store: LakehouseStore, topic: str) -> dict[date | None, int]:

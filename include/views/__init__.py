@@ -15,7 +15,7 @@ import :data:`VIEWS` at parse time, so pyspark is imported inside the definition
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
 
 from include.config import ConfigError, Settings
 from include.registry import ViewSpec
@@ -65,3 +65,17 @@ def speed_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
 # Nightly data quality: the same orders must appear in both order views.
 CONSISTENT_METRICS = [(("revenue_by_category_5m", "orders"), ("order_payments", "rows")),
                       (("revenue_by_segment_1h", "orders"), ("order_payments", "rows"))]
+
+
+def days_read(settings: Settings, day: date) -> tuple[dict[str, set[date]], set[str]]:
+    """What rebuilding ``day`` reads, without opening a table: per topic the event days the fact
+    views read, and the topics a dimension reads whole (their history up to the day's end)."""
+    days: dict[str, set[date]] = {}
+    whole: set[str] = set()
+    for view in VIEWS:
+        for topic in view.inputs:
+            if view.kind == "dimension":
+                whole.add(topic)
+            else:
+                days.setdefault(topic, set()).update(view.input_days(topic, day, settings))
+    return days, whole
