@@ -34,7 +34,7 @@ from include.config import Settings
 from include.schemas import TOPIC_NAMES
 from include.spark_submit import CONN_ID, installed_spark_bin
 from lambdalake.platform import (
-    BIN, _pid_file, _running, _spawn, airflow_env, password_file, start_serve,
+    BIN, _pid_file, _running, _spawn, airflow_env, ensure_password_file, password_file, start_serve,
 )
 
 # compose's service names, in start order; `down` stops them in reverse.
@@ -46,6 +46,9 @@ TOPIC_PARTITIONS = {"clicks": 6, "orders": 3, "payments": 3, "customers_cdc": 1,
 # Every application gets one core unless it asks for more, so the stream (which never ends)
 # leaves the nightly batch's applications a core of a two-core worker.
 SPARK_MASTER_OPTS = "-Dspark.deploy.defaultCores=1"
+# compose's defaults (.env.example): the worker's cores and memory, the generator's live traffic.
+WORKER_CORES, WORKER_MEMORY = 2, "4g"
+LIVE_TRAFFIC = ("--follow", "--seed", "42", "--orders-per-hour", "2000")
 POSTGRES_USER = "airflow"
 ROOT_POSTGRES_USER = "nobody"  # PostgreSQL will not run as root
 
@@ -105,6 +108,7 @@ def airflow_cluster_env(settings: Settings, ports: Ports) -> dict[str, str]:
     """compose's ``x-airflow`` environment: LocalExecutor on PostgreSQL, the simple auth manager,
     and the connections to the Spark master and to Airflow's own API."""
     secret = _secrets(settings)
+    ensure_password_file(settings)  # before airflow_env, which hands the stream the admin's connection
     spark = json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": ports.spark_master,
                         "extra": {"deploy-mode": "client"}})
     return {
@@ -215,7 +219,8 @@ def master_status(ports: Ports) -> dict:
         return json.loads(response.read())
 
 
-def start_spark(settings: Settings, ports: Ports, worker_cores: int = 2, worker_memory: str = "4g") -> None:
+def start_spark(settings: Settings, ports: Ports, worker_cores: int = WORKER_CORES,
+                worker_memory: str = WORKER_MEMORY) -> None:
     spark_class = str(installed_spark_bin() / "spark-class")
     env = {**base_env(settings, ports), "SPARK_MASTER_OPTS": SPARK_MASTER_OPTS}
     _spawn(settings, "spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -237,10 +242,6 @@ def start_spark(settings: Settings, ports: Ports, worker_cores: int = 2, worker_
 # ---- Airflow -----------------------------------------------------------------------------------
 def start_airflow_components(settings: Settings, ports: Ports, timeout: float = 300) -> str:
     """airflow-init (migrate, the admin's password file), then the four components."""
-    settings.airflow_home.mkdir(parents=True, exist_ok=True)
-    if not password_file(settings).exists():
-        password_file(settings).touch(mode=0o600)
-        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
     env = airflow_cluster_env(settings, ports)
     airflow = str(BIN / "airflow")
     migrate = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True)
@@ -258,7 +259,7 @@ def start_airflow_components(settings: Settings, ports: Ports, timeout: float = 
 
 
 def cluster_up(settings: Settings, ports: Ports = Ports(), generator_args: list[str] | None = None,
-               worker_cores: int = 2, worker_memory: str = "4g") -> str:
+               worker_cores: int = WORKER_CORES, worker_memory: str = WORKER_MEMORY) -> str:
     """Start every service of compose's as a process; returns Airflow's URL. ``generator_args``:
     what the generator produces (default: compose's live traffic)."""
     running = [service for service in SERVICES if _running(settings, service)]
@@ -268,8 +269,7 @@ def cluster_up(settings: Settings, ports: Ports = Ports(), generator_args: list[
     start_kafka(settings, ports)
     start_spark(settings, ports, worker_cores, worker_memory)
     url = start_airflow_components(settings, ports)
-    generator = generator_args if generator_args is not None else ["--follow", "--seed", "42",
-                                                                   "--orders-per-hour", "2000"]
+    generator = LIVE_TRAFFIC if generator_args is None else generator_args
     _spawn(settings, "generator", [str(BIN / "lambdalake"), "generate", "--home", str(settings.home),
                                    "--sink", "kafka", *generator], base_env(settings, ports))
     # The serving API reads the same tables with delta-rs, without a Spark session (as compose's).

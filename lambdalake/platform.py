@@ -119,10 +119,7 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     """Start ``airflow standalone`` and wait until its API answers; returns the base URL."""
     if _running(settings, "airflow"):
         raise RuntimeError(f"airflow is already running for {settings.home} (make down first)")
-    settings.airflow_home.mkdir(parents=True, exist_ok=True)
-    if not password_file(settings).exists():  # chosen here, so the connection above can carry it
-        password_file(settings).touch(mode=0o600)
-        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
+    ensure_password_file(settings)
     _spawn(settings, "airflow", [str(BIN / "airflow"), "standalone"], airflow_env(settings, port))
     url = f"http://{reachable_host(settings.bind_host)}:{port}"
     deadline = time.monotonic() + timeout
@@ -164,6 +161,16 @@ def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_po
 
 def password_file(settings: Settings) -> Path:
     return settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+
+
+def ensure_password_file(settings: Settings) -> Path:
+    """The admin's password, chosen before Airflow starts so that the connection the stream gets
+    (``airflow_env``) can carry it."""
+    if not password_file(settings).exists():
+        settings.airflow_home.mkdir(parents=True, exist_ok=True)
+        password_file(settings).touch(mode=0o600)
+        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
+    return password_file(settings)
 
 
 def admin_password(settings: Settings) -> str:
