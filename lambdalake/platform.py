@@ -209,6 +209,22 @@ def _stop_service(settings: Settings, service: str) -> str | None:
     return f"{service} (pid {pgid})" if alive else None
 
 
+def _task_groups(settings: Settings) -> set[int]:
+    """The process groups of everything under the recorded services that runs in a group of its
+    own: Airflow runs each task so, and a task's spark-submit driver can outlive the scheduler."""
+    import psutil
+
+    recorded = {int(path.read_text()) for path in settings.run_dir.glob("*.pid")}
+    groups = set()
+    for pgid in recorded:
+        try:
+            for child in psutil.Process(pgid).children(recursive=True):
+                groups.add(os.getpgid(child.pid))
+        except (psutil.Error, ProcessLookupError, ValueError):
+            continue  # it ended meanwhile
+    return groups - recorded
+
+
 def down(settings: Settings) -> list[str]:
     """Stop what ``up`` (or ``up --cluster``) started, and the stream the supervisor started: the
     producers and Airflow first (so nothing restarts the stream), then the stream, then what the
@@ -217,9 +233,14 @@ def down(settings: Settings) -> list[str]:
     from speed_layer.supervisor import stop_stream, stream_pid
 
     split = CLUSTER_SERVICES.index("airflow-apiserver")
+    tasks = _task_groups(settings)
     stopped = [_stop_service(settings, service) for service in (*SERVICES, *reversed(CLUSTER_SERVICES[split:]))]
     if stream_pid(settings):
         stop_stream(settings)
         stopped.append("stream")
+    for pgid in tasks - {stream_pid(settings)}:  # what a task left running (a spark-submit driver)
+        if group_alive(pgid):
+            stop_group(pgid)
+            stopped.append(f"task process group {pgid}")
     stopped += [_stop_service(settings, service) for service in reversed(CLUSTER_SERVICES[:split])]
     return [name for name in stopped if name]
