@@ -193,4 +193,5 @@ def test_a_batch_rerun_that_fills_the_disk_leaves_the_previous_partitions_served
             for r in truth_payments] == \
         [(r["order_id"], r["status"], r["payment_id"], iso(r["pay_time"]), r["amount"]) for r in payments]
     assert day_partitions(store) == partitions
+    assert_every_line_once(store, generated.ledger)
     assert_every_table_whole(settings, store)
