@@ -196,14 +196,32 @@ def tests_case() -> dict:
 
 
 # ---- the report -----------------------------------------------------------------------------------
-def report(args: argparse.Namespace, results: dict) -> str:
-    out = ["# Faults benchmark", "",
-           f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%MZ} on {platform.node()}: {os.cpu_count()} cores, "
+SECTIONS = {"kills": "## 1.", "burst": "## 2.", "tests": "## 3."}
+
+
+def kept_sections(path: Path, results: dict) -> dict[str, str]:
+    """The previous report's sections of the cases not run this time (each says when it ran)."""
+    if not path.exists():
+        return {}
+    text = path.read_text(encoding="utf-8")
+    kept = {}
+    for case, heading in SECTIONS.items():
+        if case not in results and heading in text:
+            section = text[text.index(heading):]
+            later = [section.find(h, 1) for h in SECTIONS.values() if section.find(h, 1) > 0]
+            kept[case] = section[:min(later)] if later else section
+    return kept
+
+
+def report(args: argparse.Namespace, results: dict, kept: dict[str, str]) -> str:
+    ran = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%MZ} on {platform.node()}: {os.cpu_count()} cores, "
            f"Python {platform.python_version()}, `benchmarks/faults.py --kills {args.kills} --seed {args.seed} "
-           f"--burst-lines {args.burst_lines} --cases {args.cases}`.", ""]
+           f"--burst-lines {args.burst_lines} --cases {args.cases}`")
+    out = ["# Faults benchmark", "", "Each section says when it ran and with what: the script runs the cases "
+           "asked for (`--cases`) and keeps the other sections of the previous report.", ""]
     if "kills" in results:
         kills = results["kills"]
-        out += ["## 1. kill -9 under concurrency", "",
+        out += ["## 1. kill -9 under concurrency", "", f"Run {ran}.", "",
                 f"**{kills['verdict']}** in {kills['seconds']:.0f} s; {kills['lines']:,} landed lines (ten of "
                 "them in a hundred corrupt or duplicated, some late). What was injected:", ""]
         out += [f"- {line}" for line in kills["log"]]
@@ -217,9 +235,11 @@ def report(args: argparse.Namespace, results: dict) -> str:
                 "the served `revenue_by_category_5m`, `order_payments`, `device_health_5m` and `alerts` of both days "
                 "equal to the generator's truth; no data file a table's current version references missing; "
                 "`lambdalake doctor` with nothing for a person.", ""]
+    else:
+        out.append(kept.get("kills", ""))
     if "burst" in results:
         burst = results["burst"]
-        out += ["## 2. Bad input at volume", "",
+        out += ["## 2. Bad input at volume", "", f"Run {ran}.", "",
                 f"Clean burst: {burst['lines']['clean']:,} lines; corrupt burst: {burst['lines']['corrupt']:,} lines, "
                 f"{burst['expected']['corrupt']['dlq']:,} of them bad. Each streamed in its own process "
                 "(`lambdalake stream --available-now --views revenue_by_category_5m --max-files-per-trigger 12`).",
@@ -241,12 +261,16 @@ def report(args: argparse.Namespace, results: dict) -> str:
                 "", "Checks: " + ("every line in Bronze, each bad one in the DLQ with a reason, Silver as the "
                                   "ledger says, in every run." if not burst["problems"]
                                   else "**FAILED**: " + "; ".join(burst["problems"])), ""]
+    else:
+        out.append(kept.get("burst", ""))
     if "tests" in results:
         tests = results["tests"]
-        out += ["## 3. The fault tests", "",
+        out += ["## 3. The fault tests", "", f"Run {ran}.", "",
                 f"`pytest {' '.join(FAULT_TESTS)}`: **{tests['summary']}** ({tests['seconds']:.0f} s).", ""]
         out += [f"- `{line}`" for line in tests["durations"]]
         out.append("")
+    else:
+        out.append(kept.get("tests", ""))
     return "\n".join(out)
 
 
@@ -271,7 +295,7 @@ def main() -> int:
     if "tests" in cases:
         results["tests"] = tests_case()
         print(results["tests"]["summary"], flush=True)
-    text = report(args, results)
+    text = report(args, results, kept_sections(args.report, results))
     args.report.write_text(text, encoding="utf-8")
     print(text)
     failed = ("kills" in results and results["kills"]["verdict"] != "passed") or \
