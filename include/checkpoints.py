@@ -14,10 +14,16 @@ def committed_batch(query: Path) -> int:
 
 
 def file_source_reads(query: Path) -> dict[Path, int]:
-    """Every file the query's file sources planned, with the batch that reads it. The source logs
-    (``sources/*/N``, compacted into ``N.compact`` every few batches) hold a version line, then
-    one ``{"path", "timestamp", "batchId"}`` per line."""
-    reads: dict[Path, int] = {}
+    """Every file the query's file sources planned, with the batch that reads it."""
+    return {path: batch for path, (batch, _) in file_source_entries(query).items()}
+
+
+def file_source_entries(query: Path) -> dict[Path, tuple[int, int]]:
+    """Every file the query's file sources planned: the batch that reads it and the file's
+    modification time (ms) when it was listed. The source logs (``sources/*/N``, compacted into
+    ``N.compact`` every few batches) hold a version line, then one ``{"path", "timestamp",
+    "batchId"}`` per line."""
+    reads: dict[Path, tuple[int, int]] = {}
     for log in sorted((query / "sources").glob("*/*")):
         if not log.name.removesuffix(".compact").isdigit():
             continue
@@ -27,8 +33,8 @@ def file_source_reads(query: Path) -> dict[Path, int]:
             except ValueError:  # a torn log: lambdalake doctor's finding, not this reader's
                 continue
             if isinstance(entry, dict) and "path" in entry:
-                reads[Path(unquote(urlparse(entry["path"]).path))] = entry["batchId"]
+                reads[Path(unquote(urlparse(entry["path"]).path))] = (entry["batchId"], entry["timestamp"])
     return reads
 
 
-__all__ = ["committed_batch", "file_source_reads"]
+__all__ = ["committed_batch", "file_source_entries", "file_source_reads"]
