@@ -10,7 +10,7 @@ SPARK_JARS := $(VENV)/spark-jars
 DEMO_HOME := $(CURDIR)/.lambdalake/demo
 PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
-.PHONY: install run test lint lock clean up down cluster-up cluster-down
+.PHONY: install run test lint lock clean up down cluster-up cluster-down cluster-local-up cluster-local-down
 
 install: $(STAMP) $(SPARK_JARS)/.packages
 
@@ -53,6 +53,15 @@ cluster-up:
 
 cluster-down:
 	$(COMPOSE) down
+
+# The same services as processes on this machine, without Docker (lambdalake/cluster.py).
+CLUSTER_HOME ?= $(CURDIR)/.lambdalake/cluster
+
+cluster-local-up: install
+	$(BIN)/lambdalake up --cluster --home $(CLUSTER_HOME)
+
+cluster-local-down: install
+	$(BIN)/lambdalake down --home $(CLUSTER_HOME)
 
 lock: install
 	$(BIN)/uv pip compile requirements/requirements.in --python-version 3.11 -o requirements/lock.txt

@@ -102,6 +102,13 @@ class SparkJobOperator(SparkSubmitOperator):
                 check_runnable(resolved["master"], resolved["spark_binary"], dict(os.environ))
             except SparkNotRunnable as exc:
                 raise AirflowFailException(str(exc)) from None
+            if not self.jars and not LOCAL_MASTER.fullmatch(resolved["master"]):
+                # Under spark-submit the JVM starts before the job builds its session, too early for
+                # the session's spark.jars: the fetched Spark packages (Delta on a cluster) go here.
+                from include.config import load_settings
+                from include.spark import session_jars
+
+                self.jars = ",".join(session_jars(load_settings())) or None
             return super().execute(context)
 
 

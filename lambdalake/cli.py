@@ -300,7 +300,15 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
     from serving.http import dashboard_url, serve_token
 
     pg_port = settings.pg_port if args.pg_port is None else args.pg_port
-    url = up(settings, args.port, args.serve_port, pg_port=pg_port)
+    if args.cluster:
+        from lambdalake.cluster import Ports, cluster_up
+
+        ports = Ports(airflow=args.port, serve=args.serve_port, pg_serve=pg_port)
+        url = cluster_up(settings, ports)
+        print(f"Spark master: http://127.0.0.1:{ports.spark_master_ui}  ({ports.master_url}; "
+              f"Kafka 127.0.0.1:{ports.kafka}, PostgreSQL 127.0.0.1:{ports.postgres})")
+    else:
+        url = up(settings, args.port, args.serve_port, pg_port=pg_port)
     token = serve_token(settings)
     host = reachable_host(settings.bind_host)
     print(f"Airflow UI: {url}  (user admin, password in {password_file(settings)}; the dashboard: Lambdalake)")
@@ -309,7 +317,9 @@ def cmd_up(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Postgres:   PGPASSWORD={token} psql -h {host.strip('[]')} -p {pg_port} -U lambdalake lambdalake")
     if settings.bind_host not in ("127.0.0.1", "localhost", "::1"):
         print(f"Listening on {settings.bind_host} (LAMBDALAKE_BIND_HOST): reachable from the network")
-    print(f"Events land in {settings.landing_dir}; speed_layer_supervisor starts the stream. Stop with: make down")
+    source, stop = ("flow into Kafka", "make cluster-local-down") if args.cluster else \
+        (f"land in {settings.landing_dir}", "make down")
+    print(f"Events {source}; speed_layer_supervisor starts the stream. Stop with: {stop}")
     return 0
 
 
@@ -474,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="`lambdalake serve` port (dashboard, SQL API)")
     up.add_argument("--pg-port", type=port_or_off, metavar="PORT",
                     help="`lambdalake serve` PostgreSQL port, 0 for none (default 5433, or $LAMBDALAKE_PG_PORT)")
+    up.add_argument("--cluster", action="store_true",
+                    help="docker-compose.yml's services as local processes: PostgreSQL, Kafka, a Spark master and "
+                    "worker, Airflow's four components, the generator into Kafka, serve (make cluster-local-up)")
     up.set_defaults(handler=cmd_up)
     down = commands.add_parser("down", parents=[common], help="stop what `up` started (make down)")
     down.set_defaults(handler=cmd_down)

@@ -104,11 +104,13 @@ def _running(settings: Settings, service: str) -> int | None:
     return pid
 
 
-def _spawn(settings: Settings, service: str, command: list[str], env: dict[str, str]) -> int:
+def _spawn(settings: Settings, service: str, command: list[str], env: dict[str, str], **popen: object) -> int:
+    """Start ``service`` in a process group of its own, logging to run/<service>.log; ``popen``:
+    more of ``subprocess.Popen``'s arguments (a working folder, another user)."""
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     with (settings.run_dir / f"{service}.log").open("ab") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True, **popen)
     _pid_file(settings, service).write_text(str(process.pid))
     return process.pid
 
@@ -117,10 +119,7 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     """Start ``airflow standalone`` and wait until its API answers; returns the base URL."""
     if _running(settings, "airflow"):
         raise RuntimeError(f"airflow is already running for {settings.home} (make down first)")
-    settings.airflow_home.mkdir(parents=True, exist_ok=True)
-    if not password_file(settings).exists():  # chosen here, so the connection above can carry it
-        password_file(settings).touch(mode=0o600)
-        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
+    ensure_password_file(settings)
     _spawn(settings, "airflow", [str(BIN / "airflow"), "standalone"], airflow_env(settings, port))
     url = f"http://{reachable_host(settings.bind_host)}:{port}"
     deadline = time.monotonic() + timeout
@@ -137,14 +136,16 @@ def start_airflow(settings: Settings, port: int = 8080, timeout: float = 300) ->
     raise RuntimeError(f"airflow did not answer on {url} within {timeout:.0f}s; see {settings.run_dir / 'airflow.log'}")
 
 
-def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_port: int | None = None) -> str:
+def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_port: int | None = None,
+                env: dict[str, str] | None = None) -> str:
     """Start ``lambdalake serve`` (unless running; ``pg_port``: its PostgreSQL port, else its
-    default) and wait until it answers; returns its base URL."""
+    default; ``env``: its environment, else this process's) and wait until it answers; returns its
+    base URL."""
     url = f"http://{reachable_host(settings.bind_host)}:{port}"
     if not _running(settings, "serve"):
         pg = [] if pg_port is None else ["--pg-port", str(pg_port)]
         _spawn(settings, "serve", [str(BIN / "lambdalake"), "serve", "--home", str(settings.home),
-                                   "--host", settings.bind_host, "--port", str(port), *pg], dict(os.environ))
+                                   "--host", settings.bind_host, "--port", str(port), *pg], dict(env or os.environ))
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -160,6 +161,16 @@ def start_serve(settings: Settings, port: int = 8090, timeout: float = 60, pg_po
 
 def password_file(settings: Settings) -> Path:
     return settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+
+
+def ensure_password_file(settings: Settings) -> Path:
+    """The admin's password, chosen before Airflow starts so that the connection the stream gets
+    (``airflow_env``) can carry it."""
+    if not password_file(settings).exists():
+        settings.airflow_home.mkdir(parents=True, exist_ok=True)
+        password_file(settings).touch(mode=0o600)
+        password_file(settings).write_text(json.dumps({"admin": secrets.token_urlsafe(16)}))
+    return password_file(settings)
 
 
 def admin_password(settings: Settings) -> str:
@@ -186,20 +197,50 @@ def up(settings: Settings, port: int = 8080, serve_port: int = 8090, orders_per_
     return url
 
 
+def _stop_service(settings: Settings, service: str) -> str | None:
+    path = _pid_file(settings, service)
+    if not path.exists():
+        return None
+    pgid = int(path.read_text())
+    alive = group_alive(pgid)
+    if alive:
+        stop_group(pgid)
+    path.unlink()
+    return f"{service} (pid {pgid})" if alive else None
+
+
+def _task_groups(settings: Settings) -> set[int]:
+    """The process groups of everything under the recorded services that runs in a group of its
+    own: Airflow runs each task so, and a task's spark-submit driver can outlive the scheduler."""
+    import psutil
+
+    recorded = {int(path.read_text()) for path in settings.run_dir.glob("*.pid")}
+    groups = set()
+    for pgid in recorded:
+        try:
+            for child in psutil.Process(pgid).children(recursive=True):
+                groups.add(os.getpgid(child.pid))
+        except (psutil.Error, ProcessLookupError, ValueError):
+            continue  # it ended meanwhile
+    return groups - recorded
+
+
 def down(settings: Settings) -> list[str]:
-    """Stop what ``up`` started, and the stream the supervisor started. Returns what was stopped."""
+    """Stop what ``up`` (or ``up --cluster``) started, and the stream the supervisor started: the
+    producers and Airflow first (so nothing restarts the stream), then the stream, then what the
+    stream and Airflow need. Returns what was stopped."""
+    from lambdalake.cluster import SERVICES as CLUSTER_SERVICES
     from speed_layer.supervisor import stop_stream, stream_pid
 
-    stopped = []
-    for service in SERVICES:
-        path = _pid_file(settings, service)
-        if path.exists():
-            pgid = int(path.read_text())
-            if group_alive(pgid):
-                stop_group(pgid)
-                stopped.append(f"{service} (pid {pgid})")
-            path.unlink()
+    split = CLUSTER_SERVICES.index("airflow-apiserver")
+    tasks = _task_groups(settings)
+    stopped = [_stop_service(settings, service) for service in (*SERVICES, *reversed(CLUSTER_SERVICES[split:]))]
     if stream_pid(settings):
         stop_stream(settings)
         stopped.append("stream")
-    return stopped
+    for pgid in tasks - {stream_pid(settings)}:  # what a task left running (a spark-submit driver)
+        if group_alive(pgid):
+            stop_group(pgid)
+            stopped.append(f"task process group {pgid}")
+    stopped += [_stop_service(settings, service) for service in reversed(CLUSTER_SERVICES[:split])]
+    return [name for name in stopped if name]

@@ -37,8 +37,8 @@ IMAGE_VARIABLES = {
                      "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "KAFKA_NUM_PARTITIONS", "KAFKA_AUTO_CREATE_TOPICS_ENABLE",
                      "KAFKA_LOG_RETENTION_HOURS", "KAFKA_LOG_DIRS"},
 }
-# Read by the airflow-init command (it writes the admin password file).
-COMMAND_VARIABLES = {"AIRFLOW_ADMIN_PASSWORD"}
+# Read by the airflow-init command (it writes the admin password file), and by spark-class.
+COMMAND_VARIABLES = {"AIRFLOW_ADMIN_PASSWORD", "SPARK_MASTER_OPTS"}
 
 
 def example_env(tmp_path: Path) -> Path:
