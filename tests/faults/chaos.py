@@ -187,7 +187,7 @@ class Chaos:
             stop.set()
             side.join()
         store = open_store(self.settings)
-        self.unreferenced_before_vacuum = unreferenced_parquet(self.settings)[0]
+        self.unreferenced_before_vacuum = unreferenced_parquet(self.settings)
         self.vacuumed = sum(store.vacuum(name, retention_hours=0) for name in all_tables(self.settings.lakehouse_dir))
         self.feeds_removed = checkpoint_hygiene(self.settings)["feed_files"]
         self.log.append(f"vacuum without retention: {self.vacuumed} of {self.unreferenced_before_vacuum} "
@@ -207,8 +207,8 @@ class Chaos:
         assert_speed_views_once(store, generated.truth_dir)
         assert batch_rows(self.settings, DAY_ONE) == day_one, "day one's batch rerun differs"
         assert served_differences(self.settings, generated.truth_dir) == []
-        assert unreferenced_parquet(self.settings)[1] == [], "a file a table's version references is missing"
         assert self.vacuumed > 0, "vacuum removed nothing: the case proves nothing about it"
+        # Among them: a data file a table's current version references, missing or short.
         needing_a_person = [f.line() for f in examine(self.settings).findings if f.repair is None]
         assert not needing_a_person, needing_a_person
 
@@ -228,16 +228,15 @@ def batch_rows(settings: Settings, day: date) -> dict[str, list[tuple]]:
     return rows
 
 
-def unreferenced_parquet(settings: Settings) -> tuple[int, list[str]]:
-    """(Parquet files no table's current version references, referenced files that are missing)."""
-    orphans, missing = 0, []
+def unreferenced_parquet(settings: Settings) -> int:
+    """Data files no table's current version references (what vacuum may take)."""
+    orphans = 0
     for name in all_tables(settings.lakehouse_dir):
         folder = settings.lakehouse_dir / name
         referenced = {Path(uri.removeprefix("file://")) for uri in DeltaTable(str(folder)).file_uris()}
-        missing += [str(path) for path in referenced if not path.exists()]
         orphans += sum(1 for path in folder.rglob("*.parquet") if path not in referenced
                        and "_delta_log" not in path.parts)
-    return orphans, missing
+    return orphans
 
 
 
