@@ -1,8 +1,9 @@
 """Lakehouse maintenance: compaction (z-order where queries filter), vacuum, checkpoint hygiene.
 
 Safe while the stream writes: compaction and vacuum commit through the store, which retries
-conflicting commits; vacuum keeps a week of history for time travel and running readers; feed
-files are removed only once the Gold queries have had a day to consume them.
+conflicting commits; vacuum keeps a week of history for time travel and running readers; a feed
+file is removed once every query that reads its folder has committed the batch that read it (a
+query killed before its commit reads the same files again), or after a day if none reads it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import logging
 import os
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 from include import tables
+from include.checkpoints import committed_batch, file_source_reads
 from include.config import Settings
 from include.doctor import ABANDONED_AFTER_SECONDS
 from include.lakehouse import all_tables, open_store
@@ -39,14 +42,33 @@ def compact_and_vacuum(settings: Settings) -> list[dict]:
     return results
 
 
+def consumed_feed_files(settings: Settings, now: float) -> list[Path]:
+    """Feed files no query will read again: each query whose checkpoint has read from the file's
+    folder has committed the batch that read it; in a folder no query reads, files a day old."""
+    readers: dict[Path, list[set[Path]]] = {}
+    for query in settings.checkpoints_dir.glob("*"):
+        done = committed_batch(query)
+        reads = file_source_reads(query)
+        committed = {path for path, batch in reads.items() if batch <= done}
+        for folder in {path.parent for path in reads if path.parent.parent == settings.feeds_dir}:
+            readers.setdefault(folder, []).append(committed)
+    consumed = []
+    for path in settings.feeds_dir.glob("*/*.parquet"):
+        if path.parent in readers:
+            if all(path in committed for committed in readers[path.parent]):
+                consumed.append(path)
+        elif now - path.stat().st_mtime > FEED_RETENTION_SECONDS:
+            consumed.append(path)
+    return consumed
+
+
 def checkpoint_hygiene(settings: Settings, now: float | None = None) -> dict[str, int]:
     """Delete consumed feed files and temporary files abandoned by crashed writers."""
     now = now or time.time()
     removed = {"feed_files": 0, "temporary_files": 0}
-    for path in settings.feeds_dir.glob("*/*.parquet"):
-        if now - path.stat().st_mtime > FEED_RETENTION_SECONDS:
-            path.unlink()
-            removed["feed_files"] += 1
+    for path in consumed_feed_files(settings, now):
+        path.unlink(missing_ok=True)
+        removed["feed_files"] += 1
     for folder in (settings.feeds_dir, settings.landing_dir):
         for path in folder.glob("*/.*.tmp"):
             if now - path.stat().st_mtime > ABANDONED_AFTER_SECONDS:

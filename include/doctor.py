@@ -14,6 +14,9 @@ atomic renames. Each finding says what ``--repair`` does about it, or why a pers
   deleted once older than :data:`ABANDONED_AFTER_SECONDS` (a live writer's are younger); those in
   a checkpoint's logs the stream removes itself when it starts
   (:func:`speed_layer.runner.remove_torn_writes`);
+- a landing file changed after the stream read it (a producer renamed it into place before it
+  was whole): the lines written later were never read; ``--repair`` lands them as a new file
+  (``<name>.rest-<line>.jsonl``), which the stream reads like any other;
 - anything older that is torn, a torn Delta commit (whoever wrote it has moved on, so setting it
   aside would lose its rows), a data file that a table version references but is missing or
   short, a table that does not open: reported for a person (restore the file or the table from a
@@ -26,17 +29,19 @@ stopped.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from include.checkpoints import file_source_entries
 from include.config import Settings
 from include.lakehouse import all_tables
 
@@ -45,16 +50,20 @@ CHECKPOINT_LOGS = ("offsets", "commits")
 LOG_VERSION = re.compile(r"v\d+")
 DELTA_COMMIT = re.compile(r"(\d{20})\.json")
 DELETE = "deletes it"
+LAND_REST = "lands the lines written later as a new file"
+REST_FILE = re.compile(r"(?P<stem>.+)\.rest-(?P<start>\d+)\.jsonl")
 
 
 @dataclass(frozen=True)
 class Finding:
     path: Path
     problem: str
-    repair: str | None  # DELETE, or None: a person must decide (``problem`` says how)
+    repair: str | None  # DELETE, LAND_REST, or None: a person must decide (``problem`` says how)
+    from_line: int = 0  # LAND_REST: the first line (0-based) not read
 
     def line(self, repaired: bool = False) -> str:
-        action = ("deleted" if repaired else f"--repair {self.repair}") if self.repair else "not repaired here"
+        done = "deleted" if self.repair == DELETE else "landed"
+        action = (done if repaired else f"--repair {self.repair}") if self.repair else "not repaired here"
         return f"{self.path}: {self.problem} ({action})"
 
 
@@ -78,6 +87,7 @@ def examine(settings: Settings, now: float | None = None) -> Examination:
     findings += _abandoned(settings.lakehouse_dir.glob("_staging/*"), "a dead writer's staged files", now)
     findings += _abandoned(settings.feeds_dir.glob("*/.*.tmp"), "a dead writer's temporary feed file", now)
     findings += _abandoned(settings.landing_dir.glob("*/.*.tmp"), "a landing file never renamed into place", now)
+    findings += _landing_findings(settings, queries)
     return Examination(findings, len(queries), len(names))
 
 
@@ -88,6 +98,12 @@ def repair(findings: list[Finding]) -> list[Finding]:
         path = finding.path
         if finding.repair == DELETE:
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        elif finding.repair == LAND_REST:
+            rest = path.read_bytes().splitlines(keepends=True)[finding.from_line:]
+            target = path.with_name(f"{path.stem}.rest-{finding.from_line}.jsonl")
+            temporary = target.with_name(f".{target.name}.tmp")
+            temporary.write_bytes(b"".join(rest) if rest[-1].endswith(b"\n") else b"".join(rest) + b"\n")
+            os.replace(temporary, target)
         else:
             left.append(finding)
     return left
@@ -157,6 +173,45 @@ def _txn_version(table: Path, app_id: str) -> int:
     except Exception:  # noqa: BLE001 - an unreadable table is a finding of its own
         return -1
     return -1 if version is None else version
+
+
+# ---- the landing zone ----------------------------------------------------------------------
+def _landing_findings(settings: Settings, queries: list[Path]) -> list[Finding]:
+    """Landing files modified since a query listed them: lines written after the read were not
+    read (Spark's file source reads a file once). What was read is what Bronze holds of it."""
+    listed: dict[Path, int] = {}
+    for query in queries:
+        for path, (_, modified_ms) in file_source_entries(query).items():
+            if path.is_relative_to(settings.landing_dir):
+                listed[path] = min(modified_ms, listed.get(path, modified_ms))
+    findings = []
+    for path, modified_ms in sorted(listed.items()):
+        if not path.exists() or int(path.stat().st_mtime * 1000) <= modified_ms:
+            continue
+        lines = path.read_bytes().splitlines()
+        start = _lines_landed(settings, path, lines)
+        if start < len(lines):
+            findings.append(Finding(path, f"changed after the stream read it: lines {start + 1}-{len(lines)} were "
+                                          "written later and not read (write a landing file whole, then rename it "
+                                          "into place)", LAND_REST, start))
+    return findings
+
+
+def _lines_landed(settings: Settings, path: Path, lines: list[bytes]) -> int:
+    """How many of the file's first lines the stream has: Bronze's lines from it (the last one
+    not counted if Bronze holds it cut short), or what an earlier repair landed after them."""
+    rests = [int(m.group("start")) + len(p.read_bytes().splitlines()) for p in path.parent.glob(f"{path.stem}.rest-*")
+             if (m := REST_FILE.fullmatch(p.name)) and m.group("stem") == path.stem]
+    bronze = settings.lakehouse_dir / "bronze" / path.parent.name
+    held: list[bytes] = []
+    if DeltaTable.is_deltatable(str(bronze)):
+        sources = [f"file:{path}", f"file://{path}", f"file:{quote(str(path))}", f"file://{quote(str(path))}"]
+        held = DeltaTable(str(bronze)).to_pyarrow_table(columns=["value"], filters=[("source", "in", sources)]) \
+            .column("value").to_pylist()
+    read = len(held)
+    if read and read <= len(lines) and lines[read - 1] not in set(held):
+        read -= 1  # the last line was read before it was whole: it goes again, whole
+    return max([read, *rests])
 
 
 # ---- Delta tables ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from include.output import FORMATS, format_rows
 # Exit codes: 1 a runtime failure (the stream died, a commit conflict persisted, data quality
 # failed), 2 bad input (usage, configuration, a refused query).
 RUNTIME_FAILURE, BAD_INPUT = 1, 2
+FAILED_CALLBACK = "There was an exception while executing the Python Proxy"  # py4j's log of it
 
 
 class UsageError(ValueError):
@@ -515,16 +516,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     from include.lakehouse.base import LakehouseError
 
+    settings = None
     try:
         settings = load_settings(**overrides)
         logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         logging.getLogger("py4j").setLevel(logging.WARNING)
+        if not args.verbose:  # a failed foreachBatch's traceback: the query's error tells it in one line
+            logging.getLogger("py4j.clientserver").addFilter(
+                lambda record: not record.getMessage().startswith(FAILED_CALLBACK))
         return args.handler(args, settings)
     except (ConfigError, UsageError, ValueError, FileExistsError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
         return BAD_INPUT
     except (LakehouseError, RuntimeError) as exc:
         print(f"lambdalake: error: {exc}", file=sys.stderr)
+        return RUNTIME_FAILURE
+    except Exception as exc:  # a full disk, told by Spark, delta-rs or Python in its own words
+        from include.disk_space import as_no_space_left
+
+        full = as_no_space_left(exc, settings.home if settings else "the lambdalake home")
+        if full is None:
+            raise
+        print(f"lambdalake: error: {full}", file=sys.stderr)
         return RUNTIME_FAILURE
     except KeyboardInterrupt:
         return 130

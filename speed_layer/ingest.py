@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import TYPE_CHECKING
@@ -230,7 +230,9 @@ class IngestBatch:
             events=lambda topic: view_events(batch, topic), collect=lambda topics: collect_view_events(batch, topics),
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
         writes |= self.view_pass.writes(micro_batch)
-        for done in [self._writers.submit(self._timed, name, write) for name, write in writes.items()]:
+        running = [self._writers.submit(self._timed, name, write) for name, write in writes.items()]
+        wait(running)  # all of them, even when one fails: none may still write once the stream stops
+        for done in running:
             done.result()
         now = datetime.now(timezone.utc)
         accounting = [

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from include.config import Settings
+from include.disk_space import as_no_space_left
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
@@ -142,9 +143,10 @@ def _stop_gracefully(queries: list[StreamingQuery]) -> None:
 
 
 def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: threading.Event,
-               tick: Callable[[], None] | None = None) -> None:
+               tick: Callable[[], None] | None = None, checkpoints_dir: Path | None = None) -> None:
     """Wait until the queries end (or ``stop``), keeping metrics, the heartbeat and ``tick``
-    (progress) fresh."""
+    (progress) fresh. ``checkpoints_dir``: where a failed query's full disk is told to be when
+    nothing more precise is known (Spark's own checkpoint writes name no file)."""
     stopped_by_us = False
     try:
         while any(query.isActive for query in queries):
@@ -155,8 +157,15 @@ def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: thre
                 _stop_gracefully(queries)
                 stopped_by_us = True
                 break
-            metrics.flush()
-            metrics.write_heartbeat("running")
+            try:
+                metrics.flush()
+                metrics.write_heartbeat("running")
+            except Exception as error:
+                full = as_no_space_left(error, metrics.heartbeat_path)
+                if full is None:
+                    raise
+                _stop_gracefully([query for query in queries if query.isActive])
+                raise StreamFailed(f"stream metrics failed: {full}") from error
             if tick:
                 tick()
             stop.wait(HEARTBEAT_SECONDS)
@@ -169,7 +178,9 @@ def _supervise(queries: list[StreamingQuery], metrics: StreamMetrics, stop: thre
                 log.warning("query '%s' interrupted while stopping: %s", query.name, _root_cause(str(error)))
                 continue
             _stop_gracefully([q for q in queries if q.isActive])
-            raise StreamFailed(f"streaming query '{query.name}' failed: {_root_cause(str(error))}")
+            where = checkpoints_dir / query.name if checkpoints_dir else f"the checkpoint of '{query.name}'"
+            full = as_no_space_left(str(error), where)
+            raise StreamFailed(f"streaming query '{query.name}' failed: {full or _root_cause(str(error))}")
 
 
 def _deliver_queued_events(spark: SparkSession) -> None:
@@ -212,6 +223,8 @@ def run_stream(
     metrics = StreamMetrics(store, settings.run_dir)
     spark.streams.addListener(metrics)
     announcer = DayCompleteAnnouncer.from_env(settings, store)
+    checkpoints = settings.checkpoints_dir
+    finished = False
     try:
         ingesting = ingest_writers(spark, settings, store, available_now)
         gold = gold_writers(spark, settings, store)
@@ -222,13 +235,14 @@ def run_stream(
             progress = StreamProgress(settings, metrics) if show_progress else None
             try:
                 _supervise([_start(spark, settings, w, name, True) for name, w in ingesting.items()], metrics, stop,
-                           progress.tick if progress else None)
+                           progress.tick if progress else None, checkpoints)
             finally:
                 if progress:
                     progress.close()
             for phase in gold:
                 if not stop.is_set():
-                    _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop)
+                    _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop,
+                               checkpoints_dir=checkpoints)
             if announcer and not stop.is_set():
                 announcer.check_safely()
         else:
@@ -238,15 +252,29 @@ def run_stream(
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             if announcer:
                 threading.Thread(target=announcer.run, args=(stop,), name="day-complete-events", daemon=True).start()
-            _supervise(queries, metrics, stop)
+            _supervise(queries, metrics, stop, checkpoints_dir=checkpoints)
+        finished = True
     except StreamFailed as failed:
-        if str(settings.checkpoints_dir) in str(failed):  # a torn checkpoint file, e.g. after a full disk
+        # A torn checkpoint file; a full disk's message says what to do already.
+        if str(settings.checkpoints_dir) in str(failed) and as_no_space_left(str(failed), checkpoints) is None:
             raise StreamFailed(f"{failed} (`lambdalake doctor --home {settings.home}` says what to do)") from None
         raise
+    except Exception as error:  # a full disk where no query saw it: starting a query, the heartbeat
+        full = as_no_space_left(error, settings.home)
+        if full is None:
+            raise
+        raise StreamFailed(str(full)) from error
     finally:
         _deliver_queued_events(spark)
-        metrics.flush()
-        metrics.write_heartbeat("stopped")
+        try:
+            metrics.flush()
+            metrics.write_heartbeat("stopped")
+        except Exception as error:
+            full = as_no_space_left(error, settings.run_dir)
+            if finished or full is None:
+                raise
+            # The stream failed already: that error is the news, not this one.
+            log.warning("stream metrics and heartbeat not saved: %s", full)
         spark.streams.removeListener(metrics)
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -15,10 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from deltalake import DeltaTable
+
+from include.disk_space import as_no_space_left
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -88,6 +91,24 @@ def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def writes(method: Callable[..., T]) -> Callable[..., T]:
+    """A store operation that writes: a full disk on the way (Spark's, delta-rs' or Python's
+    error) becomes a :class:`~include.disk_space.NoSpaceLeftError` naming the table."""
+
+    @wraps(method)
+    def writing(self: LakehouseStore, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            name = args[0] if args and isinstance(args[0], str) else None
+            full = as_no_space_left(error, self.root / name if name else self.root)
+            if full is None or full is error:
+                raise
+            raise full from error
+
+    return writing
+
+
 class LakehouseStore(ABC):
     """Delta tables under one root folder, addressed by name (``bronze/orders``)."""
 
@@ -148,6 +169,7 @@ class LakehouseStore(ABC):
         return path
 
     # ---- public operations ----------------------------------------------------------------
+    @writes
     def ensure_table(
         self,
         name: str,
@@ -192,6 +214,7 @@ class LakehouseStore(ABC):
         committed = self.txn_version(name, txn.app_id)
         return committed is not None and committed >= txn.version
 
+    @writes
     def append(self, name: str, df: Rows, txn: Txn | None = None) -> bool:
         """Append rows. With a txn, a version already committed is skipped (returns False)."""
 
@@ -202,6 +225,7 @@ class LakehouseStore(ABC):
         data = self._prepare_append(path, df)
         return self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, data, txn))
 
+    @writes
     def append_split(
         self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
     ) -> dict[str, int | None]:
@@ -220,6 +244,7 @@ class LakehouseStore(ABC):
             appended[name] = count if count == 0 or self.append(name, rows, txn) else None
         return appended
 
+    @writes
     def merge(
         self,
         name: str,
@@ -252,6 +277,7 @@ class LakehouseStore(ABC):
             lambda: self._do_merge(path, data, list(keys), txn, "false" if insert_only else update_when, delete_when),
         )
 
+    @writes
     def replace_partition(
         self, name: str, df: DataFrame, partition: Mapping[str, Any], txn: Txn | None = None
     ) -> bool:
@@ -276,6 +302,7 @@ class LakehouseStore(ABC):
             f"replace {dict(partition)} of '{name}'", name, txn, lambda: self._do_replace(path, data, predicate, txn)
         )
 
+    @writes
     def delete(self, name: str, predicate: str) -> None:
         """Delete the rows matching SQL ``predicate`` (both engines parse it)."""
         path = self._require(name)
@@ -329,11 +356,13 @@ class LakehouseStore(ABC):
         """Commits, newest first."""
         return self._do_history(self._require(name), limit)
 
+    @writes
     def optimize(self, name: str, zorder_by: Sequence[str] = ()) -> dict[str, Any]:
         """Compact small files, clustering by ``zorder_by`` when given."""
         path = self._require(name)
         return self._retrying(f"optimize '{name}'", lambda: self._do_optimize(path, list(zorder_by)))
 
+    @writes
     def vacuum(self, name: str, retention_hours: float = 168) -> int:
         """Delete files no longer referenced by versions newer than the retention. Returns count."""
         if retention_hours < 0:

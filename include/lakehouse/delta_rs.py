@@ -21,7 +21,7 @@ from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, write_d
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, Transaction
 
-from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
+from include.lakehouse.base import CommitInfo, LakehouseStore, Txn, writes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -98,6 +98,7 @@ class DeltaRsStore(LakehouseStore):
         self._conformed(table, df).write.partitionBy(*partition_by).parquet(str(staging))
         return self._move_into(staging, path)
 
+    @writes
     def append_split(
         self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
     ) -> dict[str, int | None]:

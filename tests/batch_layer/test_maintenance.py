@@ -10,6 +10,7 @@ import time
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 
 from batch_layer.maintenance import checkpoint_hygiene
@@ -49,18 +50,38 @@ def test_compaction_and_vacuum_keep_every_row_and_remove_old_uncommitted_files(s
     assert result["vacuumed"] == 1 and not stray_old.exists() and stray_new.exists()
 
 
-def test_checkpoint_hygiene_removes_only_old_feed_and_temporary_files(settings):
-    feeds = settings.feeds_dir / "orders"
-    feeds.mkdir(parents=True)
-    old_feed, new_feed, old_tmp = (feeds / "000000000001.parquet", feeds / "000000000002.parquet",
-                                   feeds / ".000000000003.tmp")
-    for path in (old_feed, new_feed, old_tmp):
-        path.write_bytes(b"x")
+def test_checkpoint_hygiene_removes_what_no_query_reads_again_and_old_temporary_files(spark, settings):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.errors import StreamingQueryException
+
+    orders, clicks = settings.feeds_dir / "orders", settings.feeds_dir / "clicks"
     two_days_ago = time.time() - 2 * 86400
-    os.utime(old_feed, (two_days_ago, two_days_ago))
-    os.utime(old_tmp, (two_days_ago, two_days_ago))
-    assert checkpoint_hygiene(settings) == {"feed_files": 1, "temporary_files": 1}
-    assert sorted(p.name for p in feeds.iterdir()) == ["000000000002.parquet"]
+    for folder, names in ((orders, ("000000000001", "000000000002")), (clicks, ("000000000001", "000000000002"))):
+        folder.mkdir(parents=True)
+        for name in names:
+            pq.write_table(pa.table({"n": [1]}), folder / f"{name}.parquet")
+    old_tmp = orders / ".000000000003.tmp"
+    old_tmp.write_bytes(b"x")
+    for age, path in enumerate((orders / "000000000002.parquet", orders / "000000000001.parquet", old_tmp,
+                                clicks / "000000000001.parquet")):  # the file source reads the oldest first
+        os.utime(path, (two_days_ago - age, two_days_ago - age))
+
+    def fail_on_the_second(batch, batch_id):
+        if batch_id == 1:
+            raise RuntimeError("killed before its commit")
+
+    # A query reads the orders feed: batch 0 committed, batch 1 planned and not committed.
+    query = (spark.readStream.schema("n long").option("maxFilesPerTrigger", 1).parquet(str(orders))
+             .writeStream.foreachBatch(fail_on_the_second).trigger(availableNow=True)
+             .option("checkpointLocation", str(settings.checkpoints_dir / "speed_orders")).start())
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination()
+
+    assert checkpoint_hygiene(settings) == {"feed_files": 2, "temporary_files": 1}
+    # The committed batch's file, the old file no query reads; batch 1's file stays for its replay.
+    assert sorted(p.name for p in orders.iterdir()) == ["000000000002.parquet"]
+    assert sorted(p.name for p in clicks.iterdir()) == ["000000000002.parquet"]
 
 
 def test_maintenance_is_due_at_most_once_a_utc_day(settings):

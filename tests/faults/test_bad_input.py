@@ -1,11 +1,16 @@
 """Input the parser's own checks do not spell out: NUL bytes, a file that is not UTF-8 at all, an
-empty file, a line of 50 MB. Every line reaches Bronze byte for byte, every bad one the DLQ with
-its reason, and the good lines beside them Silver."""
+empty file, a line of 50 MB, a file renamed into place before it was whole. Every line reaches
+Bronze byte for byte, every bad one the DLQ with its reason, and the good lines beside them
+Silver."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from include import tables
@@ -14,6 +19,12 @@ from speed_layer.runner import run_stream
 
 pytestmark = pytest.mark.slow
 HUGE = 50 * 1024 * 1024
+LAMBDALAKE = Path(sys.executable).parent / "lambdalake"
+
+
+def doctor(settings, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([LAMBDALAKE, "doctor", "--home", settings.home, *options],
+                          capture_output=True, text=True, timeout=120)
 
 
 def land(settings, topic: str, name: str, content: bytes) -> None:
@@ -59,3 +70,29 @@ def test_odd_bytes_go_to_the_dlq_with_reasons_and_disturb_nothing(spark, tmp_pat
     assert reasons.count(("clicks", "invalid UTF-8")) == 2  # the Latin-1 line, the binary one
     (huge_row,) = [row for row in dlq if row[0] == "orders"]
     assert huge_row[1].startswith("line too long: ") and huge_row[2] < 10_000  # the DLQ keeps its head only
+
+
+def test_a_file_renamed_in_while_still_growing_is_found_and_its_rest_landed_once(spark, tmp_path):
+    settings = load_settings(home=tmp_path / "home", spark_master="local[2]", shuffle_partitions=2,
+                             speed_views="revenue_by_category_5m")
+    lines = [json.dumps(click(f"c-{number}")).encode() for number in range(5)]
+    growing = settings.landing_dir / "clicks" / "growing.jsonl"
+    growing.parent.mkdir(parents=True)
+    # Renamed into place too early: three lines and half of the fourth are there when the stream reads it.
+    growing.write_bytes(b"\n".join(lines[:3]) + b"\n" + lines[3][:20])
+    run_stream(settings, available_now=True)
+    with growing.open("ab") as producer:  # ... and its producer goes on writing
+        producer.write(lines[3][20:] + b"\n" + lines[4] + b"\n")
+
+    found = doctor(settings)
+    assert f"{growing}: changed after the stream read it: lines 4-5 were written later and not read" in found.stdout
+    assert "--repair lands the lines written later as a new file" in found.stdout
+    assert "landed" in doctor(settings, "--repair").stdout
+    assert doctor(settings).stdout == ""  # found once, landed once
+
+    store = run_stream(settings, available_now=True)
+    assert sorted(r["event_id"] for r in store.read(tables.silver("clicks")).collect()) == \
+        [f"c-{number}" for number in range(5)]
+    assert [(r["reason"], r["raw"]) for r in store.read(tables.DLQ).collect()] == \
+        [("invalid JSON", lines[3][:20].decode())]  # the half line read first
+    assert store.read(tables.bronze("clicks")).count() == 4 + 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -15,9 +14,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from exactly_once import assert_every_line_once
+from exactly_once import assert_every_line_once, assert_speed_views_once
 from deltalake import DeltaTable
-from pyspark.sql import functions as F
 
 from include import tables
 from include.config import load_settings
@@ -48,10 +46,6 @@ def order(order_id, minute, amount=10.0, category="books", user="u1", hour=10):
 def payment(payment_id, order_id, minute, hour=10, amount=10.0):
     return {"payment_id": payment_id, "order_id": order_id, "amount": amount, "method": "card",
             "event_time": f"2026-11-20T{hour:02d}:{minute:02d}:00Z"}
-
-
-def iso(value):
-    return value.replace(tzinfo=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if value else None
 
 
 def utc(hour, minute):
@@ -302,29 +296,7 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
 
     store = open_store(settings, get_spark(settings))
     assert_every_line_once(store, ledger)
-    ingest = store.read(tables.INGEST_BATCHES)
-    assert ingest.count() == ingest.select("query", "batch_id", "topic").distinct().count()
-    revenue = store.read(SPEED_REVENUE)
-    assert revenue.count() == revenue.select("window_start", "category").distinct().count()
-    on_time_orders = store.read(tables.silver("orders")).where("NOT is_late").count()
-    assert revenue.agg(F.sum("orders")).first()[0] == on_time_orders
-    payments = store.read(SPEED_ORDER_PAYMENTS)
-    assert payments.count() == payments.select("order_id").distinct().count()
-    # The customer dimension is what the truth says: no change lost or applied twice.
-    for view, columns in (("customers", ("customer_id", "segment", "email", "updated_at")),
-                          ("customers_history", ("customer_id", "segment", "valid_from", "valid_to"))):
-        with (generated.truth_dir / f"{view}.csv").open() as handle:
-            truth_rows = sorted(tuple(row[c] or None for c in columns) for row in csv.DictReader(handle))
-        stored = store.read(f"speed/{view}").where("NOT deleted").collect()
-        assert sorted(tuple(iso(row[c]) if isinstance(row[c], datetime) else row[c] for c in columns)
-                      for row in stored) == truth_rows
-    # Every alert raised once, and told to the notifier once.
-    raised = [r["alert_id"] for r in store.read("speed/alerts").collect()]
-    assert raised and len(raised) == len(set(raised))
-    announced = [json.loads(r["details"])["alert_id"]
-                 for r in store.read(tables.ALERTS).where("source = 'alerts'").collect()]
-    assert sorted(announced) == sorted(raised)
-
+    assert_speed_views_once(store, generated.truth_dir)
 
 def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     settings = load_settings(home=tmp_path / "home", event_source="rate", rate_rows_per_second=50,

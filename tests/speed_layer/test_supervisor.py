@@ -78,6 +78,7 @@ def java_of(pgid: int) -> int:
 
 @pytest.mark.slow
 def test_starts_the_stream_restarts_it_after_a_kill_and_after_it_hangs(home, airflow_db, monkeypatch):
+    """Killed, then hung twice: its JVM stopped, then its Python driver."""
     ledger = generate(home, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=50),
                       seed=1, file_minutes=5, progress=False).ledger
     monkeypatch.setenv("LAMBDALAKE_MAX_FILES_PER_TRIGGER", "1")  # many micro-batches: it hangs mid-way
@@ -113,6 +114,15 @@ def test_starts_the_stream_restarts_it_after_a_kill_and_after_it_hangs(home, air
     assert decisions(home) == ["start", "none", "restart", "restart"]
     alerts = open_store(home).select_arrow(tables.ALERTS, ["source", "message"]).to_pylist()
     assert {"source": "speed_layer_supervisor", "message": "stream stalled; restarted"} in alerts
+
+    # Then its Python driver stops (the JVM runs on, but the driver writes the heartbeat): stalled
+    # while input waits, dead once the heartbeat is a minute old; either way restarted.
+    assert wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("pid") == third, 180)
+    os.kill(third, signal.SIGSTOP)
+    assert wait_for(lambda: diagnose(stalled).state in ("stalled", "dead"), 120)
+    decision = supervisor_dag_decides(home)
+    assert decision["decision"] == "restart" and not process_alive(third)
+    assert decisions(home) == ["start", "none", "restart", "restart", "restart"]
 
     expected = (sum(t["lines"] for t in ledger["topics"].values()), sum(t["valid"] for t in ledger["topics"].values()))
 
