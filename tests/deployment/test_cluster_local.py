@@ -22,7 +22,7 @@ from include.config import load_settings
 from include.heartbeat import read_heartbeat
 from include.kafka_broker import broker_unavailable_reason, free_port
 from include.processes import group_alive
-from lambdalake.cluster import SERVICES, Ports, cluster_up, master_status, postgres_bin
+from lambdalake.cluster import SERVICES, Ports, cluster_up, master_status, postgres_bin, start_postgres
 from lambdalake.platform import admin_password, down
 from serving.http import serve_token
 from speed_layer.supervisor import stream_pid
@@ -194,3 +194,14 @@ def test_down_stops_exactly_what_up_started(cluster):
     supervisor the stream; the fixture's teardown checks that `down` leaves none of them running."""
     settings, _, _ = cluster
     assert {path.stem for path in settings.run_dir.glob("*.pid")} == {*SERVICES, "stream"}
+
+
+def test_down_leaves_postgresql_to_stop_its_own_processes(tmp_path):
+    """PostgreSQL makes each of its processes a group leader: `down` stops the server, rather than
+    signal its checkpointer (which ignores SIGTERM) as a task left running and SIGKILL it."""
+    postgres_bin()  # raises with the fix when pgserver is missing: `make install` provides it
+    settings = load_settings(home=tmp_path / "home")
+    start_postgres(settings, Ports(postgres=free_port()))
+    pid = int((settings.run_dir / "postgres.pid").read_text())
+    assert down(settings) == [f"postgres (pid {pid})"]
+    assert "database system is shut down" in (settings.run_dir / "postgres.log").read_text()
