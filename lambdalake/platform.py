@@ -214,15 +214,19 @@ def _task_groups(settings: Settings) -> set[int]:
     own: Airflow runs each task so, and a task's spark-submit driver can outlive the scheduler."""
     import psutil
 
-    recorded = {int(path.read_text()) for path in settings.run_dir.glob("*.pid")}
+    recorded = {path.stem: int(path.read_text()) for path in settings.run_dir.glob("*.pid")}
     groups = set()
-    for pgid in recorded:
+    for service, pgid in recorded.items():
+        # PostgreSQL makes each of its processes a group leader and stops them itself; its
+        # checkpointer ignores SIGTERM, so signalled alone it was SIGKILLed (crash recovery).
+        if service == "postgres":
+            continue
         try:
             for child in psutil.Process(pgid).children(recursive=True):
                 groups.add(os.getpgid(child.pid))
         except (psutil.Error, ProcessLookupError, ValueError):
             continue  # it ended meanwhile
-    return groups - recorded
+    return groups - set(recorded.values())
 
 
 def down(settings: Settings) -> list[str]:
