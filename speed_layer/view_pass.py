@@ -104,18 +104,27 @@ class ViewPass:
 
     @property
     def collected_topics(self) -> list[str]:
-        """The topics the incremental views read on the driver."""
-        return list(dict.fromkeys(topic for view in self.computed if view.speed.incremental for topic in view.inputs))
+        """The topics the incremental views (and, on DuckDB, the views it computes) read on the driver."""
+        from speed_layer import driver_pass
+
+        on_driver = self.settings.pass_engine == "duckdb"
+        return list(dict.fromkeys(topic for view in self.computed
+                                  if view.speed.incremental or (on_driver and view.name in driver_pass.STEPS)
+                                  for topic in view.inputs))
 
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
         topics is left out)."""
+        from speed_layer import driver_pass
+
         writes = {}
         step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
-            if view.speed.incremental:
+            if self.settings.pass_engine == "duckdb" and view.name in driver_pass.STEPS:
+                writes[view.speed_table] = partial(driver_pass.keep, self.store, view, step, batch.txn)
+            elif view.speed.incremental:
                 writes[view.speed_table] = partial(self._keep, view, step)
             else:
                 inputs = {topic: batch.events(topic) for topic in view.inputs}

@@ -13,6 +13,7 @@ from include.registry import (
 from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 REVENUE_WINDOW = "5 minutes"
@@ -145,16 +146,12 @@ PAYMENT_FIELDS = "payment_id string, order_id string, amount double, event_time 
 WAITING_PAYMENTS = "speed_state/order_payments_waiting"
 
 
-def order_payments_step(step: PassStep) -> DataFrame:
-    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
-    touches. Its inputs are the micro-batch's on-time orders with the stored orders its payments
-    may pay (by id, within the join window before them), and its payments with those that came
-    before their order (:data:`WAITING_PAYMENTS`). A join row left without a payment is not
-    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
-    end (this micro-batch closes those between the watermark before and after it)."""
+def order_payments_inputs(step: PassStep) -> tuple[pa.Table, pa.Table]:
+    """What :func:`order_payments_step` runs the definition on: the micro-batch's on-time orders
+    with the stored orders its payments may pay, and its payments with those waiting for their
+    order (kept and forgotten here)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     table, window = order_payments.speed_table, step.settings.join_window
     orders, payments = step.events("orders"), step.events("payments")
@@ -179,6 +176,18 @@ def order_payments_step(step: PassStep) -> DataFrame:
     orders_seen_to = step.watermark("orders")
     if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
         step.forget(WAITING_PAYMENTS, f"event_time <= {sql_time(orders_seen_to)}")
+    return orders, payments
+
+
+def order_payments_step(step: PassStep) -> DataFrame:
+    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
+    touches (:func:`order_payments_inputs`). A join row left without a payment is not
+    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
+    end (this micro-batch closes those between the watermark before and after it)."""
+    from pyspark.sql import functions as F
+
+    table, window = order_payments.speed_table, step.settings.join_window
+    orders, payments = order_payments_inputs(step)
     inputs = {"orders": step.frame(orders, ORDER_FIELDS), "payments": step.frame(payments, PAYMENT_FIELDS)}
     rows = order_payments(inputs, ViewContext(step.settings, exact=False)).where("status <> 'unpaid'")
     before, after = step.watermark("payments"), step.watermark("payments", after=True)
