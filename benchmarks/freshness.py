@@ -32,7 +32,7 @@ first answer of ``lambdalake serve`` that shows its events.
    customer in ``customers`` first seen - rename time.
 
    ``--client http`` sends every check of every poll to ``POST /api/query`` with the token, so
-   freshness includes the server's own refresh (every second) and its answers under load.
+   freshness includes the server's own refresh (every 250 ms) and its answers under load.
    ``--client in-process`` keeps one serving engine in this process instead, refreshed at each
    poll; a view is checked only when its speed table changed.
 
@@ -747,7 +747,7 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                        + ", ".join(f"{topic} {count:,}" for topic, count in run["counts"].items())
                        for run in runs)
     inherited = sorted(name for name in os.environ if name.startswith("LAMBDALAKE_"))
-    client = ("`lambdalake serve` in its own process on the run's home (it refreshes its engine every second), asked "
+    client = ("`lambdalake serve` in its own process on the run's home (it refreshes its engine every 250 ms), asked "
               f"through `POST /api/query` (httpx, one kept-alive connection) every {POLL_SECONDS:g} s, "
               "every view's check at each poll") if args.client == "http" else (
               f"one serving engine in this process, refreshed every {POLL_SECONDS:g} s; a view checked when its speed "
