@@ -199,6 +199,8 @@ class ViewSpec:
     lookups: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()  # stored columns that serving does not show
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
+    # The definition returns Spark SQL over ``{topic}`` placeholders rather than a DataFrame.
+    declared_in_sql: bool = False
 
     def __post_init__(self) -> None:
         partials = self.speed.partials
@@ -210,7 +212,19 @@ class ViewSpec:
                              f"not '{self.key_time}'")
 
     def __call__(self, inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
-        return self.define(inputs, context)
+        """The definition's rows; a definition given as Spark SQL (over ``{topic}``) is run on the inputs."""
+        rows = self.define(inputs, context)
+        if isinstance(rows, str):
+            from include.views.sql import spark_rows
+
+            rows = spark_rows(rows, inputs)
+        return rows
+
+    def sql(self, context: ViewContext) -> str | None:
+        """The definition as Spark SQL over ``{topic}`` placeholders, if it is given so (DuckDB
+        runs it on a micro-batch, :mod:`include.views.sql`), else None."""
+        text = self.define({}, context) if self.declared_in_sql else None
+        return text if isinstance(text, str) else None
 
     @property
     def speed_table(self) -> str:
@@ -303,6 +317,15 @@ def merged_partials(view: ViewSpec, rows: DataFrame) -> DataFrame:
     types = {field.name: field.dataType for field in view.speed_schema.fields}
     merged = [F.expr(sql).cast(types[name]).alias(name) for name, sql in view.speed.partials.merge.items()]
     return rows.groupBy(*view.merged_by).agg(*merged).select(*column_names(view.speed_fields))
+
+
+def merged_partials_sql(view: ViewSpec, relation: str) -> str:
+    """:func:`merged_partials` as Spark SQL over ``relation`` (a view of simple-typed merged columns)."""
+    types = {field.name: field.type for field in ddl.parse(view.speed_fields)}
+    merge = view.speed.partials.merge
+    items = [f"CAST({merge[name]} AS {types[name]}) AS {name}" if name in merge else name
+             for name in column_names(view.speed_fields)]
+    return f"SELECT {', '.join(items)} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 
 
 def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:

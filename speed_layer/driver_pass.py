@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from include import ddl, tables
 from include.lakehouse import LakehouseStore, Txn
 from include.registry import PassStep, ViewSpec, column_names, replaces_sql, sql_time
-from include.views.orders import order_payments, order_payments_inputs, revenue_by_category_5m
+from include.views.orders import order_payments, order_payments_inputs
 
 
 def connection() -> duckdb.DuckDBPyConnection:
@@ -85,74 +85,6 @@ def write_feeds(wanted: pa.Table, topics: list[str], columns: list[str], folder:
         os.replace(staging, target / f"{batch_id:012d}.parquet")
 
 
-REVENUE_PARTIALS = """
-SELECT to_timestamp(floor(epoch(event_time) / 300) * 300) AS window_start,
-       to_timestamp(floor(epoch(event_time) / 300) * 300 + 300) AS window_end,
-       category,
-       CAST(sum(CAST(amount AS DECIMAL(18,2))) AS DOUBLE) AS revenue,
-       count(*) AS orders,
-       list(DISTINCT user_id) AS buyers
-FROM events GROUP BY ALL
-"""
-REVENUE_MERGE = """
-SELECT window_start, window_end, category,
-       CAST(sum(CAST(revenue AS DECIMAL(18,2))) AS DOUBLE) AS revenue, CAST(sum(orders) AS BIGINT) AS orders,
-       list(unique_buyers_sketch) AS sketches, CAST(window_start AS DATE) AS date
-FROM (SELECT window_start, window_end, category, revenue, orders, unique_buyers_sketch FROM new
-      UNION ALL BY NAME
-      SELECT window_start, window_end, category, revenue, orders, unique_buyers_sketch FROM stored)
-GROUP BY window_start, window_end, category
-"""
-
-
-def hll_sketches(values: pa.Array, lg_k: int) -> pa.Array:
-    """A DataSketches HLL sketch (Spark's ``hll_sketch_agg`` format) of each list of strings."""
-    import datasketches
-
-    sketches = []
-    for ids in values.to_pylist():
-        sketch = datasketches.hll_sketch(lg_k, datasketches.tgt_hll_type.HLL_8)
-        for value in ids:
-            sketch.update(value)
-        sketches.append(sketch.serialize_compact())
-    return pa.array(sketches, pa.binary())
-
-
-def hll_unions(values: pa.Array, lg_k: int) -> tuple[pa.Array, pa.Array]:
-    """Each list of sketches united (Spark's ``hll_union_agg``), and its estimate."""
-    import datasketches
-
-    sketches, estimates = [], []
-    for parts in values.to_pylist():
-        union = datasketches.hll_union(lg_k)
-        for part in parts:
-            if part is not None:
-                union.update(datasketches.hll_sketch.deserialize(part))
-        result = union.get_result(datasketches.tgt_hll_type.HLL_8)
-        sketches.append(result.serialize_compact())
-        estimates.append(round(result.get_estimate()))
-    return pa.array(sketches, pa.binary()), pa.array(estimates, pa.int64())
-
-
-def revenue_rows(store: LakehouseStore, view: ViewSpec, step: PassStep) -> pa.Table:
-    from include.views.rules import hll_lg_k
-
-    lg_k = hll_lg_k(step.settings.approx_distinct_rsd)
-    con = connection()
-    events = step.events("orders")  # noqa: F841 - DuckDB reads the local by name
-    new = con.sql(REVENUE_PARTIALS).to_arrow_table()
-    if new.num_rows == 0:
-        return new
-    new = new.append_column("unique_buyers_sketch", hll_sketches(new["buyers"], lg_k)).drop(["buyers"])
-    days = ", ".join(f"'{day}'" for day in pc.unique(pc.cast(new["window_start"], pa.date32())).to_pylist())
-    low, high = (sql_time(value.as_py()) for value in pc.min_max(new["window_start"]).values())
-    stored = store.select_arrow(view.speed_table, column_names(view.speed_fields),  # noqa: F841
-                                f"date IN ({days}) AND window_start >= {low} AND window_start <= {high}")
-    merged = con.sql(REVENUE_MERGE).to_arrow_table()
-    sketches, estimates = hll_unions(merged["sketches"], lg_k)
-    return merged.append_column("unique_buyers", estimates).append_column("unique_buyers_sketch", sketches)
-
-
 def order_payments_rows(store: LakehouseStore, view: ViewSpec, step: PassStep) -> pa.Table:
     """``order_payments_step`` with its join and status rules in DuckDB."""
     orders, payments = order_payments_inputs(step)  # noqa: F841
@@ -186,7 +118,7 @@ def order_payments_rows(store: LakehouseStore, view: ViewSpec, step: PassStep) -
     return rows.select(column_names(view.speed_fields)).cast(ddl.arrow_schema(view.speed_fields))
 
 
-STEPS = {revenue_by_category_5m.name: revenue_rows, order_payments.name: order_payments_rows}
+STEPS = {order_payments.name: order_payments_rows}
 
 
 def keep(store: LakehouseStore, view: ViewSpec, step: PassStep, txn: Txn) -> None:

@@ -29,7 +29,8 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.lakehouse.base import sql_literal
 from include.registry import (
-    ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, struct,
+    ViewContext, ViewSpec, best_per_key, column_names, merged_partials, merged_partials_sql, replaces_sql, sql_time,
+    struct,
 )
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ class ViewPass:
 
         on_driver = self.settings.pass_engine == "duckdb"
         return list(dict.fromkeys(topic for view in self.computed
-                                  if view.speed.incremental or (on_driver and view.name in driver_pass.STEPS)
+                                  if view.speed.incremental
+                                  or (on_driver and (view.name in driver_pass.STEPS or view.declared_in_sql))
                                   for topic in view.inputs))
 
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
@@ -122,7 +124,10 @@ class ViewPass:
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
-            if self.settings.pass_engine == "duckdb" and view.name in driver_pass.STEPS:
+            on_driver = self.settings.pass_engine == "duckdb"
+            if on_driver and view.speed.partials and view.declared_in_sql:
+                writes[view.speed_table] = partial(self._add_partials_on_driver, view, step)
+            elif on_driver and view.name in driver_pass.STEPS:
                 writes[view.speed_table] = partial(driver_pass.keep, self.store, view, step, batch.txn)
             elif view.speed.incremental:
                 writes[view.speed_table] = partial(self._keep, view, step)
@@ -135,7 +140,7 @@ class ViewPass:
         store, columns = self.store, column_names(view.speed_fields)
         if store.is_committed(view.speed_table, txn):
             return
-        computed = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns)
+        computed = view(inputs, ViewContext(self.settings, exact=False)).select(*columns)
         if view.speed.partials.merged == "read":
             store.append(view.speed_table, computed, txn)
             return
@@ -154,6 +159,36 @@ class ViewPass:
             both = computed.sparkSession.createDataFrame(both, schema=view.speed_schema)
             rows = merged_partials(view, both).toArrow()
         store.merge(view.speed_table, rows, view.merge_on, txn)
+
+    def _add_partials_on_driver(self, view: ViewSpec, step: Step) -> None:
+        """:meth:`_add_partials` with the definition and the merge run by DuckDB (include/views/sql.py)."""
+        from include.views.sql import duckdb_connection, duckdb_rows
+
+        store, txn, columns = self.store, step.batch.txn, column_names(view.speed_fields)
+        if store.is_committed(view.speed_table, txn):
+            return
+        schema = ddl.arrow_schema(view.speed_fields)
+        con = duckdb_connection()
+        text = view.sql(ViewContext(self.settings, exact=False))
+        rows = duckdb_rows(text, {topic: step.events(topic) for topic in view.inputs}, con).select(columns).cast(schema)
+        if rows.num_rows == 0:
+            return
+        if view.speed.partials.merged == "read":
+            store.append(view.speed_table, rows, txn)
+            return
+        stored = with_keys_of(self._stored_of(view, rows).cast(schema), rows, list(view.keys))
+        if stored.num_rows:
+            both = pa.concat_tables([rows, stored.select(columns)])
+            rows = duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}, con).select(columns).cast(schema)
+        store.merge(view.speed_table, rows, view.merge_on, txn)
+
+    def _stored_of(self, view: ViewSpec, rows: pa.Table) -> pa.Table:
+        """The stored speed rows that may share a key with ``rows``."""
+        if view.kind == "dimension":  # a key's stored row may be of any day: read by key
+            (key,) = view.keys
+            return read_stored(self.store, view.speed_table, view.speed_fields, "true", key,
+                               pc.unique(rows[key]).to_pylist())
+        return self.store.select_arrow(view.speed_table, column_names(view.speed_fields), self._touched(view, rows))
 
     @staticmethod
     def _touched(view: ViewSpec, rows: pa.Table) -> str:

@@ -10,7 +10,9 @@ from include.config import spark_interval
 from include.registry import (
     Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, column_names, sql_time, view,
 )
-from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
+from include.views.rules import (
+    distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,17 +38,16 @@ REVENUE_WINDOW = "5 minutes"
         merge={"revenue": money_sum_sql("revenue"), "orders": "CAST(sum(orders) AS BIGINT)",
                **merged_distinct_count("unique_buyers")},
     ), state=f"{sketch_of('unique_buyers')} binary"),
+    declared_in_sql=True,
 )
-def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
-    from pyspark.sql import functions as F
-
-    counted = inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category").agg(
-        F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
-        *distinct_count("user_id", "unique_buyers", context))
-    return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *[name for name in counted.columns if name != "window"],
-                          F.to_date("window.start").alias("date"))
+    return f"""
+        SELECT window_start, window_start + INTERVAL {REVENUE_WINDOW} AS window_end, category,
+               {money_sum_sql("amount")} AS revenue, count(1) AS orders,
+               {distinct_count_sql("user_id", "unique_buyers", context)}, to_date(window_start) AS date
+        FROM (SELECT *, {window_start_sql("event_time", 300)} AS window_start FROM {{orders}})
+        GROUP BY window_start, category"""
 
 
 def order_precedence(row: str) -> list[str]:
