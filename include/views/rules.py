@@ -60,10 +60,10 @@ def distinct_count_sql(column: str, name: str, context: ViewContext) -> str:
     return f"hll_sketch_estimate({sketch}) AS {name}, {sketch} AS {sketch_of(name)}"
 
 
-def window_start_sql(time: str, seconds: int) -> str:
+def window_start_sql(time: str, seconds: int, minus: str = "0") -> str:
     """The start of the tumbling window of ``seconds`` (from the epoch, as Spark's ``window``) that
-    holds ``time``."""
-    return f"timestamp_seconds(floor(unix_seconds({time}) / {seconds}) * {seconds})"
+    holds ``time``, ``minus`` seconds (a sliding window's earlier starts)."""
+    return f"timestamp_seconds(floor(unix_seconds({time}) / {seconds}) * {seconds} - {minus})"
 
 
 def sketch_of(name: str) -> str:
