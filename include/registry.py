@@ -51,6 +51,13 @@ def best_per_key(rows: DataFrame, keys: Sequence[str], precedence: Precedence) -
     return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
 
 
+def best_per_key_sql(rows: str, keys: Sequence[str], precedence: Precedence, columns: Sequence[str]) -> str:
+    """:func:`best_per_key` in SQL: ``columns`` of the best row per ``keys`` of the query ``rows``."""
+    order = ", ".join(f"{key} ASC NULLS LAST" for key in precedence(""))
+    return (f"SELECT {', '.join(columns)} FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(keys)} "
+            f"ORDER BY {order}) AS _rank FROM ({rows}) AS _rows) AS _ranked WHERE _rank = 1")
+
+
 def replaces_sql(precedence: Precedence) -> str:
     """The merge condition under which a new row (``s.``) replaces the stored one (``t.``): it
     comes first by ``precedence``, the same order :func:`best_per_key` keeps."""
@@ -126,6 +133,10 @@ class PassStep(Protocol):
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         """Arrow rows as a Spark DataFrame of ``fields``."""
+
+    def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+        """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by the pass's engine
+        (Spark, or DuckDB on the driver: :mod:`include.views.sql`)."""
 
     def keep(self, table: str, rows: pa.Table, fields: str) -> None:
         """Append rows to a table of the view's own state, in the micro-batch's transaction."""

@@ -58,6 +58,8 @@ SAMPLES = {  # a few events per topic with repeated keys, windows and users
     "clicks": ([(f"e{i}", f"u{i % 4}", ("/home", "/cart")[i % 2], ("view", "click", "add_to_cart")[i % 3],
                  t(10, i % 17, i)) for i in range(30)], CLICKS),
     "sensors": ([(f"D{i % 3}", 20 + (i * 7 % 13) / 4, 40.0 + i % 5, t(10, i % 11, i)) for i in range(33)], SENSORS),
+    # within an hour of their order, after it, or before it; two payments for some orders
+    "payments": ([(f"p{i}", f"o{i % 15}", 1.25 * i, t(9 + i % 3, i % 12, i)) for i in range(20)], PAYMENTS),
 }
 
 
@@ -102,7 +104,7 @@ def test_duckdb_runs_a_view_declared_in_sql_as_spark_does(spark, settings, view,
     arrow = {topic: frame.toArrow() for topic, frame in frames.items()}
     by_duckdb = duckdb_rows(view.sql(context), arrow).select(column_names(fields)).cast(schema)
     assert rows(by_duckdb) == rows(by_spark)
-    if not is_exact:
+    if view.speed.partials and not is_exact:
         halves = [{topic: table.filter(pc.equal(pc.bit_wise_and(pc.second(table["event_time"]), 1), half))
                    for topic, table in arrow.items()} for half in (0, 1)]
         parts = pa.concat_tables([duckdb_rows(view.sql(context), half).select(column_names(fields)).cast(schema)
