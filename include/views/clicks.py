@@ -14,6 +14,7 @@ from include.views.rules import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 TRAFFIC_WINDOW, TRAFFIC_SLIDE_SECONDS = "10 minutes", 300
@@ -107,7 +108,7 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> Data
     )
 
 
-def user_sessions_step(step: PassStep) -> DataFrame:
+def user_sessions_step(step: PassStep) -> pa.Table:
     """``user_sessions`` kept by the ingest pass: per user, the micro-batch's clicks merged with the
     stored sessions they may extend or join (ending at most the gap before its first click,
     starting at most the gap after its last) by the stream's rule (:func:`merge_sessions`). The
@@ -121,7 +122,7 @@ def user_sessions_step(step: PassStep) -> DataFrame:
     gap, fields = SESSION_GAP, user_sessions.speed_fields
     clicks = step.events("clicks")
     if clicks.num_rows == 0:
-        return step.frame(ddl.arrow_schema(fields).empty_table(), fields)
+        return ddl.arrow_schema(fields).empty_table()
     first, last = pc.min_max(clicks["event_time"]).values()
     users = pc.unique(clicks["user_id"]).to_pylist()
     stored = step.stored(user_sessions.speed_table, fields, f"session_end >= {sql_time(first.as_py() - gap)} "
@@ -154,7 +155,7 @@ def user_sessions_step(step: PassStep) -> DataFrame:
         "date": pc.cast(start, pa.date32()),
         "page_urls": pa.array([sorted(session.pages) for _, session in rows], pa.list_(pa.string())),
     })
-    return step.frame(table, fields)
+    return table
 
 
 def micros(column):  # noqa: ANN001, ANN201 - pyarrow
