@@ -3,9 +3,10 @@ is, DuckDB (a small micro-batch on the driver) transpiled by sqlglot.
 
 A definition that returns SQL text reads its inputs as ``{topic}`` placeholders. Spark binds
 them to the input DataFrames (``spark.sql(text, topic=df)``); DuckDB reads Arrow tables of
-those names. The few Spark functions DuckDB lacks are given to it here: the DataSketches HLL
-functions (the ``datasketches`` package writes and reads Spark's sketch format, so sketches from
-either engine merge) and ``timestamp_seconds``.
+those names. The few Spark functions DuckDB lacks, or that sqlglot translates loosely, are
+given to it here: the DataSketches HLL functions (the ``datasketches`` package writes and reads
+Spark's sketch format, so sketches from either engine merge), ``timestamp_seconds`` and
+``unix_seconds`` (which truncates).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def duckdb_sql(sql: str) -> str:
     from sqlglot import exp
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.UnixSeconds):  # sqlglot's CAST(EPOCH(t) AS BIGINT) rounds; Spark truncates
+            return exp.Anonymous(this="spark_unix_seconds", expressions=[node.this])
         if isinstance(node, exp.Anonymous) and node.name.lower() in ("hll_sketch_agg", "hll_union_agg"):
             values, *rest = node.expressions
             scalar = "hll_sketch_of" if node.name.lower() == "hll_sketch_agg" else "hll_union_of"
@@ -66,7 +69,8 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'; SET threads = 1")
-    con.execute("CREATE MACRO timestamp_seconds(s) AS to_timestamp(s)")
+    con.execute("CREATE MACRO timestamp_seconds(s) AS to_timestamp(s); "
+                "CREATE MACRO spark_unix_seconds(t) AS CAST(floor(epoch(t)) AS BIGINT)")
     con.create_function("hll_sketch_of", _sketches, ["VARCHAR[]", "INTEGER"], "BLOB", type="arrow")
     con.create_function("hll_union_of", _unions, ["BLOB[]", "BOOLEAN"], "BLOB", type="arrow")
     con.create_function("hll_sketch_estimate", _estimates, ["BLOB"], "BIGINT", type="arrow")

@@ -53,8 +53,10 @@ def test_revenue_windows_are_tumbling_and_exact_in_batch(spark, exact):
 
 
 SAMPLES = {  # a few events per topic with repeated keys, windows and users
-    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i, t(10, i % 12, i)) for i in range(24)],
-               ORDERS),
+    # some a fraction of a second before a window's end
+    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i,
+                 t(10, i % 12, i) + timedelta(milliseconds=700 * (i % 2))) for i in range(24)]
+               + [("o99", "u9", "toys", 9.99, t(10, 4, 59) + timedelta(milliseconds=600))], ORDERS),
     "clicks": ([(f"e{i}", f"u{i % 4}", ("/home", "/cart")[i % 2], ("view", "click", "add_to_cart")[i % 3],
                  t(10, i % 17, i)) for i in range(30)], CLICKS),
     "sensors": ([(f"D{i % 3}", 20 + (i * 7 % 13) / 4, 40.0 + i % 5, t(10, i % 11, i)) for i in range(33)], SENSORS),
