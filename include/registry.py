@@ -1,6 +1,7 @@
 """The view registry's vocabulary: what a Gold view declares so every layer can run it.
 
-A view is one DataFrame -> DataFrame definition with its :class:`ViewSpec` declared on it
+A view is one definition (Spark SQL over ``{topic}`` placeholders, which Spark and DuckDB both
+run, or DataFrames -> DataFrame) with its :class:`ViewSpec` declared on it
 (:func:`view`), in its family's module of :mod:`include.views`. The speed layer,
 batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
 nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.

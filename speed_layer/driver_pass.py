@@ -1,4 +1,4 @@
-"""Prototype (issue 41, ``LAMBDALAKE_PASS_ENGINE=duckdb``): an ingest micro-batch on the driver.
+"""An ingest micro-batch on the driver (``LAMBDALAKE_PASS_ENGINE=duckdb``).
 
 The flagged micro-batch comes to the driver as Arrow in one Spark job. Silver, late_events and
 the feeds are written from it with delta-rs and pyarrow, and the pass's views declared in SQL run

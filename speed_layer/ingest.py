@@ -192,7 +192,7 @@ class IngestBatch:
         started = time.perf_counter()
         try:
             arrow = None
-            if self.settings.pass_engine == "duckdb":  # prototype: the micro-batch on the driver, one Spark job
+            if self.settings.pass_engine == "duckdb":  # the micro-batch on the driver, in one Spark job
                 arrow = batch.drop("value").toArrow()
                 counts = driver_pass.counts(arrow)
             else:
@@ -227,7 +227,7 @@ class IngestBatch:
                arrow: pa.Table | None = None) -> None:
         txn = Txn(QUERY, batch_id)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
-        on_driver = arrow is not None  # prototype (speed_layer/driver_pass.py)
+        on_driver = arrow is not None  # speed_layer/driver_pass.py
         if on_driver:
             wanted = wanted_arrow(arrow)
         appends = {
