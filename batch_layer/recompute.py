@@ -47,7 +47,7 @@ def batch_views(inputs: dict[str, DataFrame], settings: Settings, day: date) -> 
     computed: dict[str, DataFrame] = {}
     for view in VIEWS:  # registry order: a dimension before the views that look it up
         given = {topic: inputs[topic] for topic in view.inputs} | {name: computed[name] for name in view.lookups}
-        rows = view.define(given, context)
+        rows = view(given, context)
         if view.kind == "dimension":
             rows = rows.withColumn("date", F.lit(day))
         computed[view.name] = rows.where(F.col("date") == F.lit(day))

@@ -32,7 +32,7 @@ first answer of ``lambdalake serve`` that shows its events.
    customer in ``customers`` first seen - rename time.
 
    ``--client http`` sends every check of every poll to ``POST /api/query`` with the token, so
-   freshness includes the server's own refresh (every second) and its answers under load.
+   freshness includes the server's own refresh (every 250 ms) and its answers under load.
    ``--client in-process`` keeps one serving engine in this process instead, refreshed at each
    poll; a view is checked only when its speed table changed.
 
@@ -483,7 +483,8 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                      {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
                       "LAMBDALAKE_VIEW_TRIGGERS": triggers,
                       "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze,
-                      "LAMBDALAKE_ONE_PASS": str(design == "one-pass").lower()}, settings.run_dir)
+                      "LAMBDALAKE_ONE_PASS": str(design != "per-view-queries").lower(),
+                      "LAMBDALAKE_PASS_ENGINE": "duckdb" if design == "one-pass-duckdb" else "spark"}, settings.run_dir)
     server = client = None
     if args.client == "http":
         port, token = free_port(), secrets.token_urlsafe(32)
@@ -634,7 +635,7 @@ def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bro
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
                              bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views,
-                             one_pass=design == "one-pass")
+                             one_pass=design != "per-view-queries")
     return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
@@ -746,7 +747,7 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
                        + ", ".join(f"{topic} {count:,}" for topic, count in run["counts"].items())
                        for run in runs)
     inherited = sorted(name for name in os.environ if name.startswith("LAMBDALAKE_"))
-    client = ("`lambdalake serve` in its own process on the run's home (it refreshes its engine every second), asked "
+    client = ("`lambdalake serve` in its own process on the run's home (it refreshes its engine every 250 ms), asked "
               f"through `POST /api/query` (httpx, one kept-alive connection) every {POLL_SECONDS:g} s, "
               "every view's check at each poll") if args.client == "http" else (
               f"one serving engine in this process, refreshed every {POLL_SECONDS:g} s; a view checked when its speed "
@@ -924,7 +925,7 @@ def main() -> None:
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
                              "one run per setting too")
-    parser.add_argument("--designs", nargs="+", choices=("one-pass", "per-view-queries", "floor"),
+    parser.add_argument("--designs", nargs="+", choices=("one-pass", "one-pass-duckdb", "per-view-queries", "floor"),
                         default=["one-pass"],
                         help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false), or `floor`: Spark's floor "
                              "(spark_floor.py --continuous, landed text to Parquet): one run per design too")

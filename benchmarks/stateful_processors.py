@@ -59,7 +59,7 @@ def timed_batches(settings, view: str, inputs: dict, checkpoint: Path) -> list[f
     from include.registry import ViewContext
     from include.views import VIEWS_BY_NAME
 
-    rows = VIEWS_BY_NAME[view].define(inputs, ViewContext(settings, exact=False))
+    rows = VIEWS_BY_NAME[view](inputs, ViewContext(settings, exact=False))
     seconds: list[float] = []
 
     def count(batch, batch_id: int) -> None:  # noqa: ANN001 - DataFrame

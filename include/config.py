@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     # Ingest computes the views whose rows add up in its own micro-batch (speed_layer/view_pass.py);
     # false: each runs a streaming query of its own, as before (kept to measure the two side by side).
     one_pass: bool = True
+    # "duckdb": ingest writes a micro-batch and computes the pass's views declared in SQL on the
+    # driver (Arrow, DuckDB, delta-rs) instead of as Spark jobs (speed_layer/driver_pass.py).
+    pass_engine: Literal["spark", "duckdb"] = "spark"
     # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # Ingest's and the seconds-fresh views' micro-batch interval: a landed file is picked up within

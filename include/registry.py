@@ -1,6 +1,7 @@
 """The view registry's vocabulary: what a Gold view declares so every layer can run it.
 
-A view is one DataFrame -> DataFrame definition with its :class:`ViewSpec` declared on it
+A view is one definition (Spark SQL over ``{topic}`` placeholders, which Spark and DuckDB both
+run, or DataFrames -> DataFrame) with its :class:`ViewSpec` declared on it
 (:func:`view`), in its family's module of :mod:`include.views`. The speed layer,
 batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
 nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.
@@ -49,6 +50,13 @@ def best_per_key(rows: DataFrame, keys: Sequence[str], precedence: Precedence) -
     order = [F.expr(key).asc_nulls_last() for key in precedence("")]
     rank = F.row_number().over(Window.partitionBy(*keys).orderBy(*order))
     return rows.withColumn("_rank", rank).where("_rank = 1").drop("_rank")
+
+
+def best_per_key_sql(rows: str, keys: Sequence[str], precedence: Precedence, columns: Sequence[str]) -> str:
+    """:func:`best_per_key` in SQL: ``columns`` of the best row per ``keys`` of the query ``rows``."""
+    order = ", ".join(f"{key} ASC NULLS LAST" for key in precedence(""))
+    return (f"SELECT {', '.join(columns)} FROM (SELECT *, row_number() OVER (PARTITION BY {', '.join(keys)} "
+            f"ORDER BY {order}) AS _rank FROM ({rows}) AS _rows) AS _ranked WHERE _rank = 1")
 
 
 def replaces_sql(precedence: Precedence) -> str:
@@ -127,6 +135,10 @@ class PassStep(Protocol):
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         """Arrow rows as a Spark DataFrame of ``fields``."""
 
+    def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+        """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by the pass's engine
+        (Spark, or DuckDB on the driver: :mod:`include.views.sql`)."""
+
     def keep(self, table: str, rows: pa.Table, fields: str) -> None:
         """Append rows to a table of the view's own state, in the micro-batch's transaction."""
 
@@ -199,6 +211,8 @@ class ViewSpec:
     lookups: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()  # stored columns that serving does not show
     served_when: str | None = None  # SQL: which stored rows serving shows (e.g. not a tombstone)
+    # The definition returns Spark SQL over ``{topic}`` placeholders rather than a DataFrame.
+    declared_in_sql: bool = False
 
     def __post_init__(self) -> None:
         partials = self.speed.partials
@@ -210,7 +224,19 @@ class ViewSpec:
                              f"not '{self.key_time}'")
 
     def __call__(self, inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
-        return self.define(inputs, context)
+        """The definition's rows; a definition given as Spark SQL (over ``{topic}``) is run on the inputs."""
+        rows = self.define(inputs, context)
+        if isinstance(rows, str):
+            from include.views.sql import spark_rows
+
+            rows = spark_rows(rows, inputs)
+        return rows
+
+    def sql(self, context: ViewContext) -> str | None:
+        """The definition as Spark SQL over ``{topic}`` placeholders, if it is given so (DuckDB
+        runs it on a micro-batch, :mod:`include.views.sql`), else None."""
+        text = self.define({}, context) if self.declared_in_sql else None
+        return text if isinstance(text, str) else None
 
     @property
     def speed_table(self) -> str:
@@ -303,6 +329,15 @@ def merged_partials(view: ViewSpec, rows: DataFrame) -> DataFrame:
     types = {field.name: field.dataType for field in view.speed_schema.fields}
     merged = [F.expr(sql).cast(types[name]).alias(name) for name, sql in view.speed.partials.merge.items()]
     return rows.groupBy(*view.merged_by).agg(*merged).select(*column_names(view.speed_fields))
+
+
+def merged_partials_sql(view: ViewSpec, relation: str) -> str:
+    """:func:`merged_partials` as Spark SQL over ``relation`` (a view of simple-typed merged columns)."""
+    types = {field.name: field.type for field in ddl.parse(view.speed_fields)}
+    merge = view.speed.partials.merge
+    items = [f"CAST({merge[name]} AS {types[name]}) AS {name}" if name in merge else name
+             for name in column_names(view.speed_fields)]
+    return f"SELECT {', '.join(items)} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 
 
 def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:

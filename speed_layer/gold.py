@@ -76,7 +76,7 @@ class CombineBatch:
             return
         lookups = {name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}
         inputs = {view.inputs[0]: batch, **lookups}
-        rows = view.define(inputs, ViewContext(self.settings, exact=False)).select(*view.speed_schema.fieldNames())
+        rows = view(inputs, ViewContext(self.settings, exact=False)).select(*view.speed_schema.fieldNames())
         self.store.append(view.speed_table, rows, txn)
 
 
@@ -92,7 +92,7 @@ def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, 
         return feed.writeStream.queryName(view.speed_query).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
     inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
-    rows = view.define(inputs, ViewContext(settings, exact=False)).select(*view.speed_schema.fieldNames())
+    rows = view(inputs, ViewContext(settings, exact=False)).select(*view.speed_schema.fieldNames())
     return (rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode)
             .foreachBatch(MergeBatch(store, view, settings)))
 

@@ -42,6 +42,7 @@ from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_views
 from include.views.rules import first_copies
+from speed_layer import driver_pass
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 if TYPE_CHECKING:
@@ -87,6 +88,11 @@ def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Tab
     columns = [record_column(topic) for topic in topics]
     rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted()).select(
         "topic", *columns, "event_time", "arrived_at").toArrow()
+    return split_view_events(rows, topics)
+
+
+def split_view_events(rows: pa.Table, topics: list[str]) -> dict[str, pa.Table]:
+    """Per topic, its rows of an Arrow micro-batch of wanted events as :func:`view_events` gives them."""
     collected = {}
     for topic in topics:
         part = rows.filter(pc.equal(rows["topic"], topic))
@@ -96,6 +102,13 @@ def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Tab
         fields["arrived_at"] = part["arrived_at"].combine_chunks()
         collected[topic] = pa.table(fields)
     return collected
+
+
+def wanted_arrow(rows: pa.Table) -> pa.Table:
+    """:func:`_wanted` valid rows of an Arrow micro-batch."""
+    keep = pc.and_(pc.invert(rows["rejected"]),
+                   pc.or_(pc.invert(rows["is_late"].fill_null(False)), pc.is_in(rows["topic"], pa.array(STATE_TOPICS))))
+    return rows.filter(keep)
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
@@ -178,18 +191,23 @@ class IngestBatch:
         batch = batch.withColumn("is_late", late).persist()
         started = time.perf_counter()
         try:
-            summary = batch.groupBy("topic").agg(
-                F.count(F.when(valid, 1)).alias("silver_rows"),
-                F.count(F.when(~valid, 1)).alias("dlq_rows"),
-                F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
-                F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
-            ).collect()
+            arrow = None
+            if self.settings.pass_engine == "duckdb":  # the micro-batch on the driver, in one Spark job
+                arrow = batch.drop("value").toArrow()
+                counts = driver_pass.counts(arrow)
+            else:
+                summary = batch.groupBy("topic").agg(
+                    F.count(F.when(valid, 1)).alias("silver_rows"),
+                    F.count(F.when(~valid, 1)).alias("dlq_rows"),
+                    F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
+                    F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
+                ).collect()
+                counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
+                          for row in summary}
             self._timings = {"read, parse, dedup": time.perf_counter() - started}
-            counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
-                      for row in summary}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks)
+                self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow)
         finally:
             batch.unpersist()
         for topic, count in counts.items():
@@ -205,21 +223,31 @@ class IngestBatch:
         cores = batch.sparkSession.sparkContext.defaultParallelism
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
-    def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict) -> None:
+    def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict,
+               arrow: pa.Table | None = None) -> None:
         txn = Txn(QUERY, batch_id)
+        feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
+        on_driver = arrow is not None  # speed_layer/driver_pass.py
+        if on_driver:
+            wanted = wanted_arrow(arrow)
         appends = {
-            tables.silver(topic): self._silver_rows(batch, topic)
+            tables.silver(topic): (driver_pass.silver_rows(arrow, topic, record_column(topic)) if on_driver
+                                   else self._silver_rows(batch, topic))
             for topic, count in sorted(counts.items()) if count["silver_rows"]
         }
         if any(count["dlq_rows"] for count in counts.values()):
             appends[tables.DLQ] = self._dlq_rows(batch, self.settings.max_line_bytes)
         if any(count["late_rows"] for count in counts.values()):
-            appends[tables.LATE_EVENTS] = self._late_rows(batch)
-        feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
+            appends[tables.LATE_EVENTS] = driver_pass.late_rows(arrow) if on_driver else self._late_rows(batch)
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
         writes = {name: partial(self.store.append, name, rows, txn) for name, rows in appends.items()}
-        writes["feeds"] = partial(self._write_feeds, batch, tasks, batch_id, feed_topics)
+        if on_driver:
+            columns = [field.name for field in feed_schema().fields]
+            writes["feeds"] = partial(driver_pass.write_feeds, wanted, feed_topics, columns, self.settings.feeds_dir,
+                                      batch_id)
+        else:
+            writes["feeds"] = partial(self._write_feeds, batch, tasks, batch_id, feed_topics)
         delay = self.settings.watermark_delay
         after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
                             default=None) for topic in self.topics}
@@ -227,7 +255,9 @@ class IngestBatch:
             spark=batch.sparkSession, txn=txn,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
-            events=lambda topic: view_events(batch, topic), collect=lambda topics: collect_view_events(batch, topics),
+            events=lambda topic: view_events(batch, topic),
+            collect=((lambda topics: split_view_events(wanted, topics)) if on_driver
+                     else (lambda topics: collect_view_events(batch, topics))),
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
         writes |= self.view_pass.writes(micro_batch)
         running = [self._writers.submit(self._timed, name, write) for name, write in writes.items()]

@@ -29,7 +29,8 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.lakehouse.base import sql_literal
 from include.registry import (
-    ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, struct,
+    ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names, merged_partials, merged_partials_sql,
+    replaces_sql, sql_time, struct,
 )
 
 if TYPE_CHECKING:
@@ -81,6 +82,16 @@ class Step:
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
 
+    def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+        if self.settings.pass_engine == "duckdb":
+            from include.views.sql import duckdb_rows
+
+            return duckdb_rows(sql, tables)
+        from include.views.sql import spark_rows
+
+        spark = self.batch.spark
+        return spark_rows(sql, {name: spark.createDataFrame(table) for name, table in tables.items()}).toArrow()
+
     def forget(self, table: str, where: str) -> None:
         if self.batch.txn.version % FORGET_EVERY == 0 and self.store.exists(table):
             self.store.delete(table, where)
@@ -104,8 +115,12 @@ class ViewPass:
 
     @property
     def collected_topics(self) -> list[str]:
-        """The topics the incremental views read on the driver."""
-        return list(dict.fromkeys(topic for view in self.computed if view.speed.incremental for topic in view.inputs))
+        """The topics the incremental views (and, on DuckDB, the views it computes) read on the driver."""
+        on_driver = self.settings.pass_engine == "duckdb"
+        return list(dict.fromkeys(topic for view in self.computed
+                                  if view.speed.incremental
+                                  or (on_driver and view.declared_in_sql)
+                                  for topic in view.inputs))
 
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
@@ -115,7 +130,10 @@ class ViewPass:
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
-            if view.speed.incremental:
+            on_driver = self.settings.pass_engine == "duckdb"
+            if on_driver and view.speed.partials and view.declared_in_sql:
+                writes[view.speed_table] = partial(self._add_partials_on_driver, view, step)
+            elif view.speed.incremental:
                 writes[view.speed_table] = partial(self._keep, view, step)
             else:
                 inputs = {topic: batch.events(topic) for topic in view.inputs}
@@ -126,7 +144,7 @@ class ViewPass:
         store, columns = self.store, column_names(view.speed_fields)
         if store.is_committed(view.speed_table, txn):
             return
-        computed = view.define(inputs, ViewContext(self.settings, exact=False)).select(*columns)
+        computed = view(inputs, ViewContext(self.settings, exact=False)).select(*columns)
         if view.speed.partials.merged == "read":
             store.append(view.speed_table, computed, txn)
             return
@@ -146,6 +164,36 @@ class ViewPass:
             rows = merged_partials(view, both).toArrow()
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
+    def _add_partials_on_driver(self, view: ViewSpec, step: Step) -> None:
+        """:meth:`_add_partials` with the definition and the merge run by DuckDB (include/views/sql.py)."""
+        from include.views.sql import duckdb_connection, duckdb_rows
+
+        store, txn, columns = self.store, step.batch.txn, column_names(view.speed_fields)
+        if store.is_committed(view.speed_table, txn):
+            return
+        schema = ddl.arrow_schema(view.speed_fields)
+        con = duckdb_connection()
+        text = view.sql(ViewContext(self.settings, exact=False))
+        rows = duckdb_rows(text, {topic: step.events(topic) for topic in view.inputs}, con).select(columns).cast(schema)
+        if rows.num_rows == 0:
+            return
+        if view.speed.partials.merged == "read":
+            store.append(view.speed_table, rows, txn)
+            return
+        stored = with_keys_of(self._stored_of(view, rows).cast(schema), rows, list(view.keys))
+        if stored.num_rows:
+            both = pa.concat_tables([rows, stored.select(columns)])
+            rows = duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}, con).select(columns).cast(schema)
+        store.merge(view.speed_table, rows, view.merge_on, txn)
+
+    def _stored_of(self, view: ViewSpec, rows: pa.Table) -> pa.Table:
+        """The stored speed rows that may share a key with ``rows``."""
+        if view.kind == "dimension":  # a key's stored row may be of any day: read by key
+            (key,) = view.keys
+            return read_stored(self.store, view.speed_table, view.speed_fields, "true", key,
+                               pc.unique(rows[key]).to_pylist())
+        return self.store.select_arrow(view.speed_table, column_names(view.speed_fields), self._touched(view, rows))
+
     @staticmethod
     def _touched(view: ViewSpec, rows: pa.Table) -> str:
         """SQL selecting the stored rows that may share a key with ``rows``: within their days
@@ -159,7 +207,10 @@ class ViewPass:
     def _keep(self, view: ViewSpec, step: Step) -> None:
         if self.store.is_committed(view.speed_table, step.batch.txn):
             return
-        rows = view.speed.incremental(step).select(*column_names(view.speed_fields))
+        rows = view.speed.incremental(step)
+        columns = column_names(view.speed_fields)
+        rows = (rows.select(columns).cast(ddl.arrow_schema(view.speed_fields)) if isinstance(rows, pa.Table)
+                else rows.select(*columns))
         merge_speed_rows(self.store, view, self.settings, rows, step.batch.txn)
 
 
@@ -190,17 +241,23 @@ def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
     return stored.take(kept)
 
 
-def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame, txn: Txn) -> None:
+def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame | pa.Table,
+                     txn: Txn) -> None:
     """Upsert rows of a view into its speed table, exactly once: several rows of a key and the
     stored one by the view's precedence; rows with new keys first announced (alerts to the
-    notifier)."""
-    if view.speed.precedence is not None:
+    notifier). Arrow rows are ranked by DuckDB on the driver."""
+    if view.speed.precedence is not None and isinstance(rows, pa.Table):
+        from include.views.sql import duckdb_rows
+
+        best = best_per_key_sql("SELECT * FROM {rows}", view.keys, view.speed.precedence, rows.column_names)
+        rows = duckdb_rows(best, {"rows": rows}).cast(rows.schema)
+    elif view.speed.precedence is not None:
         rows = best_per_key(rows, view.keys, view.speed.precedence)
     update_when = replaces_sql(view.speed.precedence) if view.speed.precedence else None
     if view.speed.announce is None or store.is_committed(view.speed_table, txn):
         store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
         return
-    arrow = rows.toArrow()  # a handful of rows (alerts); computed once for both uses
+    arrow = rows if isinstance(rows, pa.Table) else rows.toArrow()  # a handful of rows (alerts): once for both uses
     stored = store.select_arrow(view.speed_table, list(view.keys))
     known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
     new = [row for row in arrow.to_pylist() if tuple(row[key] for key in view.keys) not in known]

@@ -1,5 +1,6 @@
-"""The Gold views, each a definition (DataFrame -> DataFrame) with its spec declared on it, in the
-module of its family; both layers run them, and everything else loops over :data:`VIEWS`.
+"""The Gold views, each a definition (Spark SQL over its topics, or DataFrames -> DataFrame) with
+its spec declared on it, in the module of its family; both layers run them, and everything else
+loops over :data:`VIEWS`.
 
 The speed layer applies a definition to watermarked streams of on-time, deduplicated events
 (``exact=False``: approximate where exactness needs unbounded state, orders still inside their

@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING
 from include import ddl
 from include.config import spark_interval
 from include.registry import Partials, PassStep, Speed, ViewContext, sql_time, view
-from include.views.rules import DASHBOARD_REFRESH, distinct_count, merged_distinct_count, sketch_of
+from include.views.rules import (
+    DASHBOARD_REFRESH, distinct_count_sql, merged_distinct_count, sketch_of, window_start_sql,
+)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
-TRAFFIC_WINDOW, TRAFFIC_SLIDE = "10 minutes", "5 minutes"
+TRAFFIC_WINDOW, TRAFFIC_SLIDE_SECONDS = "10 minutes", 300
 SESSION_GAP = timedelta(minutes=30)
 
 
@@ -37,22 +40,19 @@ SESSION_GAP = timedelta(minutes=30)
         merge={**{name: f"CAST(sum({name}) AS BIGINT)" for name in ("views", "clicks", "add_to_cart")},
                **merged_distinct_count("unique_users")},
     ), state=f"{sketch_of('unique_users')} binary"),
+    declared_in_sql=True,
 )
-def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Sliding 10-minute windows every 5 minutes on click time (each click counts in two
     windows): events per action and distinct users per page."""
-    from pyspark.sql import functions as F
-
-    def count_of(action: str, name: str):  # noqa: ANN202 - Column
-        return F.sum(F.when(F.col("action") == action, 1).otherwise(0)).alias(name)
-
-    window = F.window("event_time", TRAFFIC_WINDOW, TRAFFIC_SLIDE).alias("window")
-    counted = inputs["clicks"].groupBy(window, "page_url").agg(
-        count_of("view", "views"), count_of("click", "clicks"), count_of("add_to_cart", "add_to_cart"),
-        *distinct_count("user_id", "unique_users", context))
-    return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *[name for name in counted.columns if name != "window"],
-                          F.to_date("window.start").alias("date"))
+    counts = ", ".join(f"count_if(action = '{action}') AS {name}"
+                       for action, name in (("view", "views"), ("click", "clicks"), ("add_to_cart", "add_to_cart")))
+    return f"""
+        SELECT window_start, window_start + INTERVAL {TRAFFIC_WINDOW} AS window_end, page_url, {counts},
+               {distinct_count_sql("user_id", "unique_users", context)}, to_date(window_start) AS date
+        FROM (SELECT *, {window_start_sql("event_time", TRAFFIC_SLIDE_SECONDS, minus="back")} AS window_start
+              FROM {{clicks}} CROSS JOIN (SELECT explode(array(0, {TRAFFIC_SLIDE_SECONDS})) AS back))
+        GROUP BY window_start, page_url"""
 
 
 @view(
@@ -108,7 +108,7 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> Data
     )
 
 
-def user_sessions_step(step: PassStep) -> DataFrame:
+def user_sessions_step(step: PassStep) -> pa.Table:
     """``user_sessions`` kept by the ingest pass: per user, the micro-batch's clicks merged with the
     stored sessions they may extend or join (ending at most the gap before its first click,
     starting at most the gap after its last) by the stream's rule (:func:`merge_sessions`). The
@@ -122,7 +122,7 @@ def user_sessions_step(step: PassStep) -> DataFrame:
     gap, fields = SESSION_GAP, user_sessions.speed_fields
     clicks = step.events("clicks")
     if clicks.num_rows == 0:
-        return step.frame(ddl.arrow_schema(fields).empty_table(), fields)
+        return ddl.arrow_schema(fields).empty_table()
     first, last = pc.min_max(clicks["event_time"]).values()
     users = pc.unique(clicks["user_id"]).to_pylist()
     stored = step.stored(user_sessions.speed_table, fields, f"session_end >= {sql_time(first.as_py() - gap)} "
@@ -155,7 +155,7 @@ def user_sessions_step(step: PassStep) -> DataFrame:
         "date": pc.cast(start, pa.date32()),
         "page_urls": pa.array([sorted(session.pages) for _, session in rows], pa.list_(pa.string())),
     })
-    return step.frame(table, fields)
+    return table
 
 
 def micros(column):  # noqa: ANN001, ANN201 - pyarrow

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 from include import ddl
 from include.registry import Partials, Speed, ViewContext, column_names, view
-from include.views.rules import exact_sum_sql
+from include.views.rules import exact_sum_sql, window_start_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-DEVICE_WINDOW = "5 minutes"
+DEVICE_WINDOW, DEVICE_WINDOW_SECONDS = "5 minutes", 300
 
 
 # Exact decimal sums (the types Spark gives their sums), so any split into micro-batches agrees
@@ -51,25 +51,23 @@ def _merged_sums() -> dict[str, str]:
     },
     drift_metrics=("rows", "readings"),
     speed=Speed(mode="update", freshness_time="window_start", partials=Partials(merge=_merged_sums()), state=SUMS),
+    declared_in_sql=True,
 )
-def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Tumbling 5-minute windows per device: readings, temperature mean/min/max/sample standard
     deviation (null for one reading), mean humidity. Means and deviation come from exact decimal
     sums (n, Σx, Σx²), so both layers give the same doubles."""
-    from pyspark.sql import functions as F
-
     temperature = "CAST(temperature AS DECIMAL(18,2))"
-    sums = (F.expr(exact_sum_sql("temperature")).alias("temperature_sum"),
-            F.expr(f"sum({temperature} * {temperature})").alias("temperature_squares"),
-            F.expr(exact_sum_sql("humidity")).alias("humidity_sum"))
-    counted = inputs["sensors"].groupBy(F.window("event_time", DEVICE_WINDOW).alias("window"), "device_id").agg(
-        F.count(F.lit(1)).alias("readings"), *sums, F.min("temperature").alias("min_temperature"),
-        F.max("temperature").alias("max_temperature"))
     statistics = statistics_sql("readings", "temperature_sum", "temperature_squares", "humidity_sum")
-    return counted.select(
-        F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "device_id", "readings",
-        F.expr(statistics["avg_temperature"]).alias("avg_temperature"), "min_temperature", "max_temperature",
-        F.expr(statistics["stddev_temperature"]).alias("stddev_temperature"),
-        F.expr(statistics["avg_humidity"]).alias("avg_humidity"),
-        *([] if context.exact else column_names(SUMS)), F.to_date("window.start").alias("date"),
-    )
+    sums = [] if context.exact else column_names(SUMS)
+    return f"""
+        SELECT window_start, window_start + INTERVAL {DEVICE_WINDOW} AS window_end, device_id, readings,
+               {statistics["avg_temperature"]} AS avg_temperature, min_temperature, max_temperature,
+               {statistics["stddev_temperature"]} AS stddev_temperature, {statistics["avg_humidity"]} AS avg_humidity,
+               {"".join(f"{name}, " for name in sums)}to_date(window_start) AS date
+        FROM (SELECT window_start, device_id, count(1) AS readings, {exact_sum_sql("temperature")} AS temperature_sum,
+                     sum({temperature} * {temperature}) AS temperature_squares,
+                     {exact_sum_sql("humidity")} AS humidity_sum, min(temperature) AS min_temperature,
+                     max(temperature) AS max_temperature
+              FROM (SELECT *, {window_start_sql("event_time", DEVICE_WINDOW_SECONDS)} AS window_start FROM {{sensors}})
+              GROUP BY window_start, device_id)"""

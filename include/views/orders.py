@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from include.config import spark_interval
 from include.registry import (
-    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, column_names, sql_time, view,
+    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names,
+    sql_time, view,
 )
-from include.views.rules import distinct_count, merged_distinct_count, money_sum_sql, sketch_of
+from include.views.rules import (
+    distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
+)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 REVENUE_WINDOW = "5 minutes"
@@ -35,17 +38,16 @@ REVENUE_WINDOW = "5 minutes"
         merge={"revenue": money_sum_sql("revenue"), "orders": "CAST(sum(orders) AS BIGINT)",
                **merged_distinct_count("unique_buyers")},
     ), state=f"{sketch_of('unique_buyers')} binary"),
+    declared_in_sql=True,
 )
-def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def revenue_by_category_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Tumbling 5-minute windows on order time: revenue, orders and distinct buyers per category."""
-    from pyspark.sql import functions as F
-
-    counted = inputs["orders"].groupBy(F.window("event_time", REVENUE_WINDOW).alias("window"), "category").agg(
-        F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
-        *distinct_count("user_id", "unique_buyers", context))
-    return counted.select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
-                          *[name for name in counted.columns if name != "window"],
-                          F.to_date("window.start").alias("date"))
+    return f"""
+        SELECT window_start, window_start + INTERVAL {REVENUE_WINDOW} AS window_end, category,
+               {money_sum_sql("amount")} AS revenue, count(1) AS orders,
+               {distinct_count_sql("user_id", "unique_buyers", context)}, to_date(window_start) AS date
+        FROM (SELECT *, {window_start_sql("event_time", 300)} AS window_start FROM {{orders}})
+        GROUP BY window_start, category"""
 
 
 def order_precedence(row: str) -> list[str]:
@@ -53,18 +55,6 @@ def order_precedence(row: str) -> list[str]:
     pending (window open); of two payments the earlier, then the lower id."""
     status_rank = f"CASE {row}status WHEN 'paid' THEN 0 WHEN 'unpaid' THEN 1 ELSE 2 END"
     return [status_rank, f"{row}pay_time", f"{row}payment_id"]
-
-
-def pending_orders(orders: DataFrame) -> DataFrame:
-    """Orders whose join window is still open, as order_payments rows (speed layer only)."""
-    from pyspark.sql import functions as F
-
-    return orders.select(
-        "order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"),
-        F.lit(None).cast("string").alias("payment_id"), F.lit(None).cast("double").alias("paid_amount"),
-        F.lit(None).cast("timestamp").alias("pay_time"), F.lit("pending").alias("status"),
-        F.to_date("event_time").alias("date"),
-    )
 
 
 def best_order_status(rows: DataFrame) -> DataFrame:
@@ -107,54 +97,43 @@ def late_paid_orders(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Data
     ),
     speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence,
                 incremental=lambda step: order_payments_step(step)),
+    declared_in_sql=True,
 )
-def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Each order with the first payment whose time lies in ``[order_time, order_time + join
     window]``; ``unpaid`` when there is none. The speed layer also emits every new order as
     ``pending`` (its window is open); the stored row then follows :func:`order_precedence`."""
-    from pyspark.sql import functions as F
-
-    orders, payments = inputs["orders"], inputs["payments"]
-    order = orders.select("order_id", "user_id", "category", "amount", F.col("event_time").alias("order_time"))
-    payment = payments.select(
-        "payment_id",
-        F.col("order_id").alias("paid_order_id"),
-        F.col("amount").alias("paid_amount"),
-        F.col("event_time").alias("pay_time"),
-    )
-    window_end = F.col("order_time") + F.expr(f"INTERVAL {spark_interval(context.settings.join_window)}")
-    matches = (
-        (F.col("order_id") == F.col("paid_order_id"))
-        & (F.col("pay_time") >= F.col("order_time"))
-        & (F.col("pay_time") <= window_end)
-    )
-    joined = order.join(payment, matches, "leftOuter").select(
-        "order_id", "user_id", "category", "amount", "order_time",
-        "payment_id", "paid_amount", "pay_time",
-        F.when(F.col("payment_id").isNull(), "unpaid").otherwise("paid").alias("status"),
-        F.to_date("order_time").alias("date"),
-    )
+    window = int(context.settings.join_window.total_seconds())
+    joined = f"""
+        SELECT o.order_id, o.user_id, o.category, o.amount, o.event_time AS order_time, p.payment_id,
+               p.amount AS paid_amount, p.event_time AS pay_time,
+               CASE WHEN p.payment_id IS NULL THEN 'unpaid' ELSE 'paid' END AS status, to_date(o.event_time) AS date
+        FROM {{orders}} AS o LEFT JOIN {{payments}} AS p ON p.order_id = o.order_id
+             AND p.event_time >= o.event_time AND p.event_time <= o.event_time + INTERVAL {window} SECONDS"""
     if context.exact:
-        return best_order_status(joined)
-    return joined.unionByName(pending_orders(orders))
+        return best_per_key_sql(joined, ("order_id",), order_precedence, ORDER_PAYMENTS_COLUMNS)
+    return f"""{joined}
+        UNION ALL
+        SELECT order_id, user_id, category, amount, event_time AS order_time, CAST(NULL AS STRING) AS payment_id,
+               CAST(NULL AS DOUBLE) AS paid_amount, CAST(NULL AS TIMESTAMP) AS pay_time, 'pending' AS status,
+               to_date(event_time) AS date
+        FROM {{orders}}"""
 
 
+ORDER_PAYMENTS_COLUMNS = ("order_id", "user_id", "category", "amount", "order_time", "payment_id", "paid_amount",
+                          "pay_time", "status", "date")
 ORDER_FIELDS = "order_id string, user_id string, category string, amount double, event_time timestamp"
 PAYMENT_FIELDS = "payment_id string, order_id string, amount double, event_time timestamp"
 # Payments the stream has seen before their order (kept until no on-time order can match them).
 WAITING_PAYMENTS = "speed_state/order_payments_waiting"
 
 
-def order_payments_step(step: PassStep) -> DataFrame:
-    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
-    touches. Its inputs are the micro-batch's on-time orders with the stored orders its payments
-    may pay (by id, within the join window before them), and its payments with those that came
-    before their order (:data:`WAITING_PAYMENTS`). A join row left without a payment is not
-    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
-    end (this micro-batch closes those between the watermark before and after it)."""
+def order_payments_inputs(step: PassStep) -> tuple[pa.Table, pa.Table]:
+    """What :func:`order_payments_step` runs the definition on: the micro-batch's on-time orders
+    with the stored orders its payments may pay, and its payments with those waiting for their
+    order (kept and forgotten here)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     table, window = order_payments.speed_table, step.settings.join_window
     orders, payments = step.events("orders"), step.events("payments")
@@ -179,15 +158,28 @@ def order_payments_step(step: PassStep) -> DataFrame:
     orders_seen_to = step.watermark("orders")
     if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
         step.forget(WAITING_PAYMENTS, f"event_time <= {sql_time(orders_seen_to)}")
-    inputs = {"orders": step.frame(orders, ORDER_FIELDS), "payments": step.frame(payments, PAYMENT_FIELDS)}
-    rows = order_payments(inputs, ViewContext(step.settings, exact=False)).where("status <> 'unpaid'")
+    return orders, payments
+
+
+def order_payments_step(step: PassStep) -> pa.Table:
+    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
+    touches (:func:`order_payments_inputs`). A join row left without a payment is not
+    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
+    end (this micro-batch closes those between the watermark before and after it)."""
+    table, window = order_payments.speed_table, step.settings.join_window
+    orders, payments = order_payments_inputs(step)
     before, after = step.watermark("payments"), step.watermark("payments", after=True)
-    if after is None:
-        return rows
-    closed = F.lit(after - window)
-    rows = rows.withColumn("status", F.when((F.col("status") == "pending") & (F.col("order_time") <= closed), "unpaid")
-                           .otherwise(F.col("status")))
-    since = f"AND order_time > {sql_time(before - window)}" if before else ""
-    closing = step.stored(table, order_payments.fields,
-                          f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
-    return rows.unionByName(step.frame(closing, order_payments.fields).withColumn("status", F.lit("unpaid")))
+    closed = f"order_time <= {sql_time(after - window)}" if after else "false"
+    columns = ", ".join(name if name != "status" else
+                        f"CASE WHEN status = 'pending' AND {closed} THEN 'unpaid' ELSE status END AS status"
+                        for name in ORDER_PAYMENTS_COLUMNS)
+    definition = order_payments.sql(ViewContext(step.settings, exact=False))
+    sql = f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'"
+    tables = {"orders": orders, "payments": payments}
+    if after is not None:
+        since = f"AND order_time > {sql_time(before - window)}" if before else ""
+        tables["closing"] = step.stored(table, order_payments.fields,
+                                        f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
+        unpaid = ", ".join(name if name != "status" else "'unpaid' AS status" for name in ORDER_PAYMENTS_COLUMNS)
+        sql += f" UNION ALL SELECT {unpaid} FROM {{closing}}"
+    return step.query(sql, tables)

@@ -52,6 +52,20 @@ def distinct_count(column: str, name: str, context: ViewContext) -> list[Column]
     return [F.hll_sketch_estimate(sketch).alias(name), sketch.alias(sketch_of(name))]
 
 
+def distinct_count_sql(column: str, name: str, context: ViewContext) -> str:
+    """:func:`distinct_count` as SQL select items."""
+    if context.exact:
+        return f"count(DISTINCT {column}) AS {name}"
+    sketch = f"hll_sketch_agg({column}, {hll_lg_k(context.settings.approx_distinct_rsd)})"
+    return f"hll_sketch_estimate({sketch}) AS {name}, {sketch} AS {sketch_of(name)}"
+
+
+def window_start_sql(time: str, seconds: int, minus: str = "0") -> str:
+    """The start of the tumbling window of ``seconds`` (from the epoch, as Spark's ``window``) that
+    holds ``time``, ``minus`` seconds (a sliding window's earlier starts)."""
+    return f"timestamp_seconds(floor(unix_seconds({time}) / {seconds}) * {seconds} - {minus})"
+
+
 def sketch_of(name: str) -> str:
     """The column holding the sketch behind the distinct count ``name`` in partial rows."""
     return f"{name}_sketch"

@@ -44,20 +44,22 @@ class Day:
 # The seed is chosen so that every feature the tests check occurs.
 DAY_STREAMED = Day(3, 4, 25, TrafficOptions(orders_per_hour=300, late_fraction=0.05, duplicate_fraction=0.02,
                                             corrupt_fraction=0.01, late_beyond=timedelta(hours=1)))
-ENGINES = ["delta-rs", "delta-spark"]
+# Each lakehouse engine, and delta-rs with the pass on the driver (LAMBDALAKE_PASS_ENGINE=duckdb).
+ENGINES = ["delta-rs", "delta-spark", "delta-rs+duckdb"]
 
 
 @pytest.fixture(scope="module", params=ENGINES)
 def lake(request, spark, tmp_path_factory):
-    """The day streamed on each lakehouse engine: every test below runs on both (but the merge rule's)."""
+    """The day streamed on each engine: every test below runs on each (but the merge rule's)."""
     from include.config import load_settings
     from include.spark import delta_spark_unavailable_reason
 
     day = DAY_STREAMED
+    lakehouse_engine, _, pass_engine = request.param.partition("+")
     settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]",
                              shuffle_partitions=2, max_files_per_trigger=day.max_files_per_trigger,
-                             lakehouse_engine=request.param)
-    reason = delta_spark_unavailable_reason(settings) if request.param == "delta-spark" else None
+                             lakehouse_engine=lakehouse_engine, pass_engine=pass_engine or "spark")
+    reason = delta_spark_unavailable_reason(settings) if lakehouse_engine == "delta-spark" else None
     if reason:
         print(f"SKIP delta-spark engine: {reason}")
         pytest.skip(f"delta-spark engine: {reason}")

@@ -7,6 +7,8 @@ from datetime import date, datetime, timedelta, timezone
 import json
 import statistics
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
@@ -51,11 +53,15 @@ def test_revenue_windows_are_tumbling_and_exact_in_batch(spark, exact):
 
 
 SAMPLES = {  # a few events per topic with repeated keys, windows and users
-    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i, t(10, i % 12, i)) for i in range(24)],
-               ORDERS),
+    # some a fraction of a second before a window's end
+    "orders": ([(f"o{i}", f"u{i % 3}", ("books", "toys")[i % 2], 1.25 * i,
+                 t(10, i % 12, i) + timedelta(milliseconds=700 * (i % 2))) for i in range(24)]
+               + [("o99", "u9", "toys", 9.99, t(10, 4, 59) + timedelta(milliseconds=600))], ORDERS),
     "clicks": ([(f"e{i}", f"u{i % 4}", ("/home", "/cart")[i % 2], ("view", "click", "add_to_cart")[i % 3],
                  t(10, i % 17, i)) for i in range(30)], CLICKS),
     "sensors": ([(f"D{i % 3}", 20 + (i * 7 % 13) / 4, 40.0 + i % 5, t(10, i % 11, i)) for i in range(33)], SENSORS),
+    # within an hour of their order, after it, or before it; two payments for some orders
+    "payments": ([(f"p{i}", f"o{i % 15}", 1.25 * i, t(9 + i % 3, i % 12, i)) for i in range(20)], PAYMENTS),
 }
 
 
@@ -75,6 +81,38 @@ def test_partial_rows_of_two_parts_merge_into_the_rows_of_the_whole(spark, setti
     partial = view(parts[0], speed).select(*columns).unionByName(view(parts[1], speed).select(*columns))
     shown = column_names(view.fields)
     assertDataFrameEqual(merged_partials(view, partial).select(*shown), view(whole, speed).select(*shown))
+
+
+@pytest.mark.parametrize("is_exact", [True, False], ids=["batch", "speed"])
+@pytest.mark.parametrize("view", [view for view in VIEWS if view.declared_in_sql], ids=lambda view: view.name)
+def test_duckdb_runs_a_view_declared_in_sql_as_spark_does(spark, settings, view, is_exact):
+    """The driver pass runs the definition in DuckDB on Arrow (transpiled; Spark's HLL sketches
+    from the datasketches package): the same rows, the same doubles and estimates, as Spark's; and
+    its merge of two parts' partial rows gives the whole's."""
+    from include.ddl import arrow_schema
+    from include.registry import column_names, merged_partials_sql
+    from include.views.sql import duckdb_rows
+
+    context = ViewContext(settings, exact=is_exact)
+    fields = view.speed_fields if not is_exact else view.fields
+    schema = arrow_schema(fields)
+    shown = [name for name in column_names(fields) if not name.endswith("_sketch")]  # estimates compared instead
+
+    def rows(table):
+        return sorted(table.select(shown).to_pylist(), key=repr)
+
+    frames = {topic: spark.createDataFrame(*SAMPLES[topic]) for topic in view.inputs}
+    by_spark = view(frames, context).select(*column_names(fields)).toArrow().cast(schema)
+    arrow = {topic: frame.toArrow() for topic, frame in frames.items()}
+    by_duckdb = duckdb_rows(view.sql(context), arrow).select(column_names(fields)).cast(schema)
+    assert rows(by_duckdb) == rows(by_spark)
+    if view.speed.partials and not is_exact:
+        halves = [{topic: table.filter(pc.equal(pc.bit_wise_and(pc.second(table["event_time"]), 1), half))
+                   for topic, table in arrow.items()} for half in (0, 1)]
+        parts = pa.concat_tables([duckdb_rows(view.sql(context), half).select(column_names(fields)).cast(schema)
+                                  for half in halves])
+        merged = duckdb_rows(merged_partials_sql(view, "{parts}"), {"parts": parts}).cast(schema)
+        assert rows(merged) == rows(by_spark)
 
 
 def test_first_payment_inside_the_join_window(spark, exact):

@@ -31,6 +31,12 @@ def payment(payment_id, order_id, minute, hour=10, amount=10.0):
     return (payment_id, order_id, amount, "card", t(hour, minute), t(hour, minute))
 
 
+@pytest.fixture(params=["spark", "duckdb"])
+def settings(settings, request):
+    """Each test on both pass engines (``LAMBDALAKE_PASS_ENGINE``)."""
+    return settings.model_copy(update={"pass_engine": request.param})
+
+
 @pytest.fixture
 def run_pass(spark, settings):
     """Run the pass of ``views`` on one micro-batch: its on-time events per topic and the
