@@ -151,13 +151,7 @@ class ViewPass:
         rows = computed.toArrow()
         if rows.num_rows == 0:
             return
-        if view.kind == "dimension":  # a key's stored row may be of any day: read by key
-            (key,) = view.keys
-            keys = pc.unique(rows[key]).to_pylist()
-            stored = read_stored(store, view.speed_table, view.speed_fields, "true", key, keys)
-        else:
-            stored = store.select_arrow(view.speed_table, columns, self._touched(view, rows))
-        stored = with_keys_of(stored.cast(rows.schema), rows, list(view.keys))
+        stored = with_keys_of(self._stored_of(view, rows).cast(rows.schema), rows, list(view.keys))
         if stored.num_rows:  # merge with the stored partials of the same keys (a small local job)
             both = pa.concat_tables([rows, stored.select(rows.column_names).cast(rows.schema)])
             both = computed.sparkSession.createDataFrame(both, schema=view.speed_schema)
