@@ -43,13 +43,13 @@ def run_pass(spark, settings):
     payments' watermark before and after it."""
     store = open_store(settings, spark)
 
-    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=()):
+    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=(), orders_watermark=None):
         given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS)}
         frames = {topic: spark.createDataFrame(list(rows), schema) for topic, (rows, schema) in given.items()}
         batch = MicroBatch(
             spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, (rows, _) in given.items() if rows},
             events=frames.__getitem__, collect=lambda topics: {topic: frames[topic].toArrow() for topic in topics},
-            watermarks={"payments": watermark}, watermarks_after={"payments": after})
+            watermarks={"payments": watermark, "orders": orders_watermark}, watermarks_after={"payments": after})
         for write in ViewPass(settings, store, [VIEWS_BY_NAME[name] for name in views]).writes(batch).values():
             write()
         return store
@@ -92,6 +92,15 @@ def test_order_payments_from_pending_to_paid_or_unpaid(spark, settings, run_pass
     waiting = store.read("speed_state/order_payments_waiting")
     assert sorted(r["payment_id"] for r in waiting.collect()) == ["p8", "p9"]
     assert column_names(view.fields) == store.read(view.speed_table).columns
+
+
+def test_waiting_payments_no_order_can_match_are_forgotten_every_hundred_micro_batches(spark, settings, run_pass):
+    """Payments wait for their order until the orders' watermark passes them (then no on-time
+    order can come); every 100th micro-batch deletes those, on the lake's engine."""
+    run_pass(["order_payments"], 1, payments=[payment("p1", "o1", 0), payment("p2", "o2", 30)])
+    store = run_pass(["order_payments"], 100, orders=[order("o3", 40)], orders_watermark=t(10, 10))
+    waiting = store.read("speed_state/order_payments_waiting").collect()
+    assert sorted(row["payment_id"] for row in waiting) == ["p2"]
 
 
 def test_stored_rows_are_read_by_id_in_slices(spark, settings, run_pass, monkeypatch):
