@@ -401,3 +401,16 @@ def test_a_table_moves_between_the_engines(spark, settings, first, second):
     assert other.read(name).count() == 4
     assert [commit.version for commit in other.history(name)] == [5, 4, 3, 2, 1, 0]
     assert DeltaTable(writer.path(name)).transaction_version("q") == 2
+
+
+def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
+    """What the pass's state deletes (``sql_time_text``): delta-rs cannot compare a UTC timestamp
+    column with ``CAST(... AS TIMESTAMP)`` in a delete; a string literal works on both engines."""
+    from datetime import timedelta
+
+    from include.registry import sql_time_text
+
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0 + timedelta(hours=1), D1)))
+    store.delete(name, f"ts <= {sql_time_text(T0 + timedelta(minutes=30))}")
+    assert [row["id"] for row in store.read(name).collect()] == [2]
