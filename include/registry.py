@@ -115,12 +115,6 @@ def sql_time(instant: datetime) -> str:
     return f"CAST('{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}' AS TIMESTAMP)"
 
 
-def sql_time_text(instant: datetime) -> str:
-    """A UTC instant as a string literal, for a delete's predicate: delta-rs cannot compare a UTC
-    timestamp column with :func:`sql_time`'s timezone-less timestamp there, and every engine
-    casts the string to the column's type."""
-    return f"'{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}'"
-
 
 class PassStep(Protocol):
     """One micro-batch as the ingest pass hands it to a view's ``incremental`` function

@@ -95,12 +95,9 @@ def split_view_events(rows: pa.Table, topics: list[str]) -> dict[str, pa.Table]:
     """Per topic, its rows of an Arrow micro-batch of wanted events as :func:`view_events` gives them."""
     collected = {}
     for topic in topics:
-        part = rows.filter(pc.equal(rows["topic"], topic))
-        record = part[record_column(topic)].combine_chunks()
-        fields = {field.name: record.field(i) for i, field in enumerate(record.type)}
-        fields.setdefault("event_time", part["event_time"].combine_chunks())
-        fields["arrived_at"] = part["arrived_at"].combine_chunks()
-        collected[topic] = pa.table(fields)
+        record = [field.name for field in rows.schema.field(record_column(topic)).type]
+        times = ["event_time", "arrived_at"] if "event_time" not in record else ["arrived_at"]
+        collected[topic] = driver_pass.records(rows, topic, record_column(topic)).select([*record, *times])
     return collected
 
 

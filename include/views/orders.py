@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from include.registry import (
     Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names,
-    sql_time, sql_time_text, view,
+    sql_time, view,
 )
 from include.views.rules import (
     distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
@@ -157,7 +157,10 @@ def order_payments_inputs(step: PassStep) -> tuple[pa.Table, pa.Table]:
         step.keep(WAITING_PAYMENTS, payments, PAYMENT_FIELDS)
     orders_seen_to = step.watermark("orders")
     if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
-        step.forget(WAITING_PAYMENTS, f"event_time <= {sql_time_text(orders_seen_to)}")
+        # A string literal: delta-rs's delete cannot compare a UTC timestamp with sql_time's CAST.
+        from include.lakehouse.base import sql_literal
+
+        step.forget(WAITING_PAYMENTS, f"event_time <= {sql_literal(orders_seen_to)}")
     return orders, payments
 
 

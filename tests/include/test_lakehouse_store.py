@@ -404,13 +404,13 @@ def test_a_table_moves_between_the_engines(spark, settings, first, second):
 
 
 def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
-    """What the pass's state deletes (``sql_time_text``): delta-rs cannot compare a UTC timestamp
+    """What the pass's state deletes (``sql_literal``): delta-rs cannot compare a UTC timestamp
     column with ``CAST(... AS TIMESTAMP)`` in a delete; a string literal works on both engines."""
     from datetime import timedelta
 
-    from include.registry import sql_time_text
+    from include.lakehouse.base import sql_literal
 
     name = make_table(store)
     store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0 + timedelta(hours=1), D1)))
-    store.delete(name, f"ts <= {sql_time_text(T0 + timedelta(minutes=30))}")
+    store.delete(name, f"ts <= {sql_literal(T0 + timedelta(minutes=30))}")
     assert [row["id"] for row in store.read(name).collect()] == [2]
