@@ -43,6 +43,7 @@ from include.spark import with_batch_values
 from include.views import VIEWS, speed_views
 from include.views.rules import first_copies
 from speed_layer import driver_pass
+from speed_layer.dedup import SeenEvents
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 if TYPE_CHECKING:
@@ -109,7 +110,10 @@ def wanted_arrow(rows: pa.Table) -> pa.Table:
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
-    """Every topic's lines parsed, as one stream, first copies only (rejected lines all pass)."""
+    """Every topic's lines parsed, as one stream, first copies only (rejected lines all pass).
+    With the pass on the driver the stream keeps every copy, and the driver drops copies
+    (:mod:`speed_layer.dedup`): the query keeps no state."""
+    on_driver = settings.pass_engine == "duckdb"
     parts = []
     columns = tuple(dict.fromkeys([*raw, *FEED_TOPICS]))  # a record column per topic, even unread ones
     for topic, stream in raw.items():
@@ -120,8 +124,8 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
             for other in columns
         ]
         # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
-        # instead of crossing the dedup shuffle and cache.
-        raw_line = F.when(F.col("rejected"), F.col("value")).alias("value")
+        # instead of crossing the dedup shuffle and cache. The driver's dedup orders copies by them.
+        raw_line = F.col("value") if on_driver else F.when(F.col("rejected"), F.col("value")).alias("value")
         parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time",
                                    *records))
     events = parts[0]
@@ -135,7 +139,7 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
             "copy_key": F.coalesce(F.col("event_id"), F.concat(F.lit("rejected|"), F.expr("uuid()"))),
         }
     )
-    return first_copies(events, ["topic", "copy_key"], settings.dedup_window)
+    return events if on_driver else first_copies(events, ["topic", "copy_key"], settings.dedup_window)
 
 
 def _instant(micros: int | None) -> datetime | None:
@@ -160,6 +164,8 @@ class IngestBatch:
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
         self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
+        # The dedup's state, on the driver with the pass (else in Spark's state store).
+        self.seen = SeenEvents(store, topics, settings.dedup_window) if settings.pass_engine == "duckdb" else None
         # Kept across micro-batches: the store keeps its open tables per thread.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
 
@@ -185,12 +191,15 @@ class IngestBatch:
         })
         batch = with_batch_values(batch, values, on="topic")
         late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
-        batch = batch.withColumn("is_late", late).persist()
+        batch = batch.withColumn("is_late", late)
+        on_driver = self.seen is not None
+        if not on_driver:  # its writes each read it; on the driver only the (rare) DLQ reads it again
+            batch = batch.persist()
         started = time.perf_counter()
         try:
             arrow = None
-            if self.settings.pass_engine == "duckdb":  # the micro-batch on the driver, in one Spark job
-                arrow = batch.drop("value").toArrow()
+            if on_driver:  # the micro-batch on the driver, in one Spark job
+                arrow = self.seen.first_copies(batch.toArrow(), batch_id).drop_columns(["value"])
                 counts = driver_pass.counts(arrow)
             else:
                 summary = batch.groupBy("topic").agg(
@@ -207,6 +216,8 @@ class IngestBatch:
                 self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow)
         finally:
             batch.unpersist()
+        if on_driver:
+            self.seen.keep(arrow, batch_id)
         for topic, count in counts.items():
             if count["max_event_time"] is not None:
                 self._maxima[topic] = max(count["max_event_time"], self._maxima.get(topic, count["max_event_time"]))

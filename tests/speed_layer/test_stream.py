@@ -207,7 +207,9 @@ def test_a_payment_before_its_order_waits_for_it(spark, settings, land):
     assert waiting == {"p0"}  # kept until no on-time order can match it
 
 
-def test_accounting_on_generated_data(spark, settings):
+@pytest.mark.parametrize("pass_engine", ["spark", "duckdb"])  # dedup in Spark's state store, or on the driver
+def test_accounting_on_generated_data(spark, settings, pass_engine):
+    settings = settings.model_copy(update={"pass_engine": pass_engine})
     options = TrafficOptions(duplicate_fraction=0.05, corrupt_fraction=0.03, late_fraction=0.03, orders_per_hour=100)
     ledger = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1.5, options, seed=3, file_minutes=15,
                       progress=False).ledger
