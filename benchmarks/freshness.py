@@ -3,7 +3,7 @@ first answer of ``lambdalake serve`` that shows its events.
 
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
         [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
-        [--cdc-per-second 0] [--view-triggers '' 'user_sessions=30s,traffic_by_page_10m=30s']
+        [--cdc-per-second 0] [--view-triggers '' 'revenue_by_segment_1h=5s']
         [--bronze-triggers '' 10s] [--client http|in-process] [--outage 0] [--outage-at SECONDS]
 
 1. ``lambdalake stream`` runs continuously in its own process on a fresh home, with the project's
@@ -469,7 +469,7 @@ def free_port() -> int:
 def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bronze: str, design: str) -> dict:
     """One live stream at ``rate`` events/s (``views``: `all` or ``stream --views``; ``triggers``: ``stream
     --view-triggers``; ``bronze``: ``stream --bronze-trigger``; ``design``: ``one-pass`` or
-    ``per-view-queries``, ``LAMBDALAKE_ONE_PASS``) on a fresh home while files land,
+    ``one-pass-duckdb``, ``LAMBDALAKE_PASS_ENGINE``) on a fresh home while files land,
     watched by the ``--client``; with ``--outage``, killed and restarted on the way."""
     from include.config import load_settings
 
@@ -483,7 +483,6 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                      {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
                       "LAMBDALAKE_VIEW_TRIGGERS": triggers,
                       "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze,
-                      "LAMBDALAKE_ONE_PASS": str(design != "per-view-queries").lower(),
                       "LAMBDALAKE_PASS_ENGINE": "duckdb" if design == "one-pass-duckdb" else "spark"}, settings.run_dir)
     server = client = None
     if args.client == "http":
@@ -492,7 +491,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                          {**env, "LAMBDALAKE_SERVE_TOKEN": token}, settings.run_dir)
         client = HttpClient(port, token)
     services = [service for service in (stream, server) if service]
-    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze, design)
+    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze)
     lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
@@ -626,16 +625,14 @@ def measure_floor(args: argparse.Namespace, rate: int, home: Path, settings, env
             "memory": sampler.samples if sampler else [], "state_series": {}, "interrupted": None, "died": None}
 
 
-def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
-                      design: str) -> dict[str, float]:
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str) -> dict[str, float]:
     """The micro-batch interval of each of the stream's queries, in seconds, as the stream
     started with these options takes them."""
     from include.config import load_settings
     from speed_layer.runner import query_trigger_intervals
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
-                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views,
-                             one_pass=design != "per-view-queries")
+                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
     return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
@@ -925,10 +922,11 @@ def main() -> None:
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
                              "one run per setting too")
-    parser.add_argument("--designs", nargs="+", choices=("one-pass", "one-pass-duckdb", "per-view-queries", "floor"),
+    parser.add_argument("--designs", nargs="+", choices=("one-pass", "one-pass-duckdb", "floor"),
                         default=["one-pass"],
-                        help="speed-layer designs (LAMBDALAKE_ONE_PASS true / false), or `floor`: Spark's floor "
-                             "(spark_floor.py --continuous, landed text to Parquet): one run per design too")
+                        help="the pass on Spark or on the driver (LAMBDALAKE_PASS_ENGINE spark / duckdb), or "
+                             "`floor`: Spark's floor (spark_floor.py --continuous, landed text to Parquet): "
+                             "one run per design too")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
                         help="http: `lambdalake serve` asked over HTTP (default); "
                              "in-process: a serving engine in this process")

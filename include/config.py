@@ -108,9 +108,6 @@ class Settings(BaseSettings):
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (docs/speed-layer.md).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
-    # Ingest computes the views whose rows add up in its own micro-batch (speed_layer/view_pass.py);
-    # false: each runs a streaming query of its own, as before (kept to measure the two side by side).
-    one_pass: bool = True
     # "duckdb": ingest writes a micro-batch and computes the pass's views declared in SQL on the
     # driver (Arrow, DuckDB, delta-rs) instead of as Spark jobs (speed_layer/driver_pass.py).
     pass_engine: Literal["spark", "duckdb"] = "spark"

@@ -123,7 +123,8 @@ class PassStep(Protocol):
     settings: Settings
 
     def events(self, topic: str) -> pa.Table:
-        """The topic's on-time events of the micro-batch: typed fields, ``event_time``, ``arrived_at``."""
+        """The topic's on-time events of the micro-batch: typed fields, ``event_time``, ``arrived_at``
+        and ``ingested_at`` (the micro-batch's time)."""
 
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         """The topic's watermark when the micro-batch arrived (``after``: with its events counted)."""
@@ -132,6 +133,10 @@ class PassStep(Protocol):
                values: Sequence[str] = ()) -> pa.Table:
         """``fields`` (``"name type, …"``) of a table's rows matching SQL ``where`` (empty if no
         table) and, with ``column``, whose ``column`` is one of ``values``."""
+
+    def recent(self, topic: str) -> pa.Table:
+        """The topic's on-time events of earlier micro-batches within the view's ``Speed.recent``
+        before the watermark (the columns of :meth:`events`, ``ingested_at`` included)."""
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         """Arrow rows as a Spark DataFrame of ``fields``."""
@@ -171,6 +176,9 @@ class Speed:
     # A view whose state is more than a monoid, kept by the ingest pass all the same: given one
     # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``).
     incremental: Callable[[PassStep], DataFrame] | None = None
+    # Per topic, how far before the watermark an ``incremental`` step reads the on-time events of
+    # earlier micro-batches again (:meth:`PassStep.recent`; the ingest pass keeps them in memory).
+    recent: Mapping[str, timedelta] = field(default_factory=dict)
     # Columns only the speed table keeps, not served (``"name type, …"``): what partial rows merge
     # (a distinct-count sketch, exact sums behind a mean), which the definition gives when
     # ``context.exact`` is False, or what an ``incremental`` step reads back (a session's pages).
@@ -250,11 +258,11 @@ class ViewSpec:
 
     @property
     def in_ingest_pass(self) -> bool:
-        """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py;
-        unless ``LAMBDALAKE_ONE_PASS`` is false): its rows add up and it looks up no dimension, or it
-        says how the pass keeps it (``incremental``). A view that looks one up keeps a query of its
-        own, which ``--available-now`` runs once ingest is done: a backlog's orders are enriched
-        after every change in it is applied, not as of their micro-batch."""
+        """Whether ingest computes the view's speed rows in its own micro-batch (speed_layer/view_pass.py):
+        its rows add up and it looks up no dimension, or it says how the pass keeps it
+        (``incremental``). A view that looks one up keeps a query of its own, which
+        ``--available-now`` runs once ingest is done: a backlog's orders are enriched after every
+        change in it is applied, not as of their micro-batch."""
         return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
 
     @property

@@ -172,7 +172,7 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         builder = builder.config("spark.sql.sources.parallelPartitionDiscovery.threshold", str(LOCAL_LISTING_THRESHOLD))
         # The driver's heap is the executor's here (on a cluster, Spark sizes pages per executor).
         builder = builder.config("spark.buffer.pageSize", memory_page_size(settings.spark_driver_memory))
-        # Python workers (stateful processors) run this interpreter, not whatever python3 is on
+        # Python workers (the latest-version data source) run this interpreter, not whatever python3 is on
         # PATH; the JVM passes its environment on to them.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         # glibc gives each of the JVM's many threads its own malloc arena, and RocksDB's native

@@ -80,7 +80,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         # The newest event the view's own query has read (its watermark's statistics); else (a
         # query without a watermark, or no stream here) what its rows show, never later than that.
         own = progress.get(view.speed_query, {})
-        if settings.one_pass and view.in_ingest_pass:  # ingest's progress counts every topic's events
+        if view.in_ingest_pass:  # ingest's progress counts every topic's events
             own = {"refreshed": progress.get(INGEST_QUERY, {}).get("refreshed")}
         counted = own.get("counted") or engine.query(
             f"SELECT max({view.speed.freshness_time}) FROM {internal(speed_relation(view))}"

@@ -102,8 +102,8 @@ def runs_no_data_batches(query: str) -> bool:
     and no new data came). An append-mode view emits rows as the watermark passes them (an
     order whose payment can no longer come): it needs them, or an ``--available-now`` run would
     end before its last rows come out. An update-mode view has emitted every row with the data
-    that changed it, and its processors' timers emit nothing; there a no-data batch would only
-    drop expired state, at a whole micro-batch's cost, which its next data batch does anyway."""
+    that changed it; there a no-data batch would only drop expired state, at a whole
+    micro-batch's cost, which its next data batch does anyway."""
     view = next((view for view in VIEWS_BY_NAME.values() if view.speed_query == query), None)
     return view is None or view.speed.mode == "append"
 
@@ -112,14 +112,14 @@ def trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each Gold query's micro-batch interval when the stream runs continuously."""
     views = [VIEWS_BY_NAME[name] for name in speed_trigger_intervals(settings)]
     return {view.speed_query: speed_trigger_intervals(settings)[view.name] for view in views
-            if not (settings.one_pass and view.in_ingest_pass)}
+            if not view.in_ingest_pass}
 
 
 def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
     """A streaming query per view the speed layer maintains, by query name, in two phases: the
     dimensions, then the views that may look them up (``--available-now`` runs the phases one
     after the other, so a backlog's orders are enriched with every change landed before them)."""
-    views = [view for view in speed_views(settings) if not (settings.one_pass and view.in_ingest_pass)]
+    views = [view for view in speed_views(settings) if not view.in_ingest_pass]
     return [
         {view.speed_query: view_writer(spark, settings, store, view) for view in views if view.kind == kind}
         for kind in ("dimension", "fact")

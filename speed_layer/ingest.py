@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta, timezone
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -44,6 +44,7 @@ from include.views import VIEWS, speed_views
 from include.views.rules import first_copies
 from speed_layer import driver_pass
 from speed_layer.dedup import SeenEvents
+from speed_layer.recent import RecentEvents, horizons
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ QUERY = "speed_ingest"
 # Topics whose on-time events the Gold queries read; late ones too for topics a dimension reads.
 FEED_TOPICS = input_topics(VIEWS)
 STATE_TOPICS = state_topics(VIEWS)
+VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -74,10 +76,10 @@ def feed_schema() -> StructType:
 
 def view_events(batch: DataFrame, topic: str) -> DataFrame:
     """What the views read of a topic in a flagged micro-batch: its on-time events (all of them
-    for a topic a dimension reads), as typed fields, event and arrival time."""
+    for a topic a dimension reads), as typed fields, event, arrival and ingestion time."""
     extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
     return batch.where((F.col("topic") == topic) & ~F.col("rejected") & _wanted()).select(
-        f"{record_column(topic)}.*", *extra, "arrived_at")
+        f"{record_column(topic)}.*", *extra, "arrived_at", "ingested_at")
 
 
 def _wanted():  # noqa: ANN202 - Column
@@ -88,7 +90,7 @@ def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Tab
     """:func:`view_events` of several topics on the driver, in one Spark job."""
     columns = [record_column(topic) for topic in topics]
     rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted()).select(
-        "topic", *columns, "event_time", "arrived_at").toArrow()
+        "topic", *columns, *VIEW_TIMES).toArrow()
     return split_view_events(rows, topics)
 
 
@@ -97,7 +99,7 @@ def split_view_events(rows: pa.Table, topics: list[str]) -> dict[str, pa.Table]:
     collected = {}
     for topic in topics:
         record = [field.name for field in rows.schema.field(record_column(topic)).type]
-        times = ["event_time", "arrived_at"] if "event_time" not in record else ["arrived_at"]
+        times = [name for name in VIEW_TIMES if name not in record]
         collected[topic] = driver_pass.records(rows, topic, record_column(topic)).select([*record, *times])
     return collected
 
@@ -152,7 +154,7 @@ class IngestBatch:
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
         views = speed_views(settings)
-        self.view_pass = ViewPass(settings, store, views if settings.one_pass else [])
+        self.view_pass = ViewPass(settings, store, views)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
         for topic in topics:
@@ -164,6 +166,11 @@ class IngestBatch:
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
         self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
+        # The on-time events the pass's steps read again (alerts' look-back), in memory.
+        self.recent = RecentEvents(store, horizons(self.view_pass.computed))
+        if set(self.recent.horizons) & set(STATE_TOPICS):  # those topics' view events include late ones
+            raise ValueError(f"a dimension reads {sorted(set(self.recent.horizons) & set(STATE_TOPICS))}: "
+                             "a step cannot read its events again as recent on-time events")
         # The dedup's state, on the driver with the pass (else in Spark's state store).
         self.seen = SeenEvents(store, topics, settings.dedup_window) if settings.pass_engine == "duckdb" else None
         # Kept across micro-batches: the store keeps its open tables per thread.
@@ -211,13 +218,15 @@ class IngestBatch:
                 counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                           for row in summary}
             self._timings = {"read, parse, dedup": time.perf_counter() - started}
+            recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow)
+                recent = self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow)
         finally:
             batch.unpersist()
         if on_driver:
             self.seen.keep(arrow, batch_id)
+        self.recent.add(batch_id, recent)
         for topic, count in counts.items():
             if count["max_event_time"] is not None:
                 self._maxima[topic] = max(count["max_event_time"], self._maxima.get(topic, count["max_event_time"]))
@@ -232,7 +241,9 @@ class IngestBatch:
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
     def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict,
-               arrow: pa.Table | None = None) -> None:
+               arrow: pa.Table | None = None) -> dict[str, pa.Table]:
+        """Every write of the micro-batch; returns its on-time events of the topics the pass reads
+        again (:mod:`speed_layer.recent`)."""
         txn = Txn(QUERY, batch_id)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         on_driver = arrow is not None  # speed_layer/driver_pass.py
@@ -259,13 +270,26 @@ class IngestBatch:
         delay = self.settings.watermark_delay
         after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
                             default=None) for topic in self.topics}
+        collected: dict[str, pa.Table] = {}
+
+        def collect(topics: list[str]) -> dict[str, pa.Table]:  # once per topic, the first time a step asks
+            missing = [topic for topic in topics if topic not in collected]
+            if missing:
+                collected.update(split_view_events(wanted, missing) if on_driver
+                                 else collect_view_events(batch, missing))
+            return {topic: collected[topic] for topic in topics}
+
+        recent_topics = list(self.recent.horizons)
+        recent = cache(lambda: self.recent.before(
+            batch_id, watermarks, {topic: rows.schema for topic, rows in collect(recent_topics).items()}))
         micro_batch = MicroBatch(
             spark=batch.sparkSession, txn=txn,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
-            events=lambda topic: view_events(batch, topic),
-            collect=((lambda topics: split_view_events(wanted, topics)) if on_driver
-                     else (lambda topics: collect_view_events(batch, topics))),
+            # On the driver the micro-batch is not cached: a Spark step reads its Arrow events.
+            events=((lambda topic: batch.sparkSession.createDataFrame(collect([topic])[topic])) if on_driver
+                    else (lambda topic: view_events(batch, topic))),
+            collect=collect, recent=lambda topic: recent()[topic],
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
         writes |= self.view_pass.writes(micro_batch)
         running = [self._writers.submit(self._timed, name, write) for name, write in writes.items()]
@@ -286,6 +310,8 @@ class IngestBatch:
         log.info("ingest batch %d: %s rows; seconds: %s", batch_id,
                  {t: c["silver_rows"] + c["dlq_rows"] for t, c in counts.items()},
                  ", ".join(f"{name} {seconds:.2f}" for name, seconds in self._timings.items()))
+        fed = [topic for topic in recent_topics if topic in micro_batch.fed]
+        return collect(fed) if fed else {}
 
     def _timed(self, name: str, write: Callable[[], object]) -> None:
         """Run one write, keeping its wall time for the micro-batch's log line (where time goes)."""

@@ -51,6 +51,7 @@ class MicroBatch:
     fed: set[str]  # topics with on-time events
     events: Callable[[str], DataFrame]  # a topic's on-time events (typed fields, event_time, arrived_at)
     collect: Callable[[list[str]], dict[str, pa.Table]]  # the same for several topics, on the driver
+    recent: Callable[[str], pa.Table]  # a topic's on-time events of earlier micro-batches (speed_layer/recent.py)
     watermarks: Mapping[str, datetime | None]  # at arrival
     watermarks_after: Mapping[str, datetime | None]  # with this micro-batch's events counted
 
@@ -71,6 +72,9 @@ class Step:
             if self._events is None:
                 self._events = self.batch.collect(self.topics)
         return self._events[topic]
+
+    def recent(self, topic: str) -> pa.Table:
+        return self.batch.recent(topic)
 
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         return (self.batch.watermarks_after if after else self.batch.watermarks).get(topic)

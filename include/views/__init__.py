@@ -54,11 +54,11 @@ def speed_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     if unknown:
         raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: unknown view "
                           f"{', '.join(map(repr, unknown))} (views: {', '.join(VIEWS_BY_NAME)})")
-    in_ingest = [name for name in given if settings.one_pass and VIEWS_BY_NAME[name].in_ingest_pass]
+    in_ingest = [name for name in given if VIEWS_BY_NAME[name].in_ingest_pass]
     if in_ingest:
         raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: ingest computes "
                           f"{', '.join(map(repr, in_ingest))} in its own micro-batches (LAMBDALAKE_TRIGGER_INTERVAL)")
-    return {view.name: settings.trigger_interval if settings.one_pass and view.in_ingest_pass
+    return {view.name: settings.trigger_interval if view.in_ingest_pass
             else given.get(view.name, max(settings.trigger_interval, view.speed.refresh or timedelta(0)))
             for view in speed_views(settings)}
 

@@ -8,57 +8,20 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.notifier import announce_alerts
-from include.registry import Differences, Speed, ViewContext, ViewSpec, view
+from include.registry import Differences, PassStep, Speed, ViewContext, ViewSpec, view
+from include.views.rules import window_start_sql
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 ANOMALY_LOOKBACK = timedelta(minutes=15)
-VELOCITY_WINDOW = "5 minutes"
+ANOMALY_MIN_READINGS, ANOMALY_SIGMAS = 5, 3
+VELOCITY_WINDOW = timedelta(minutes=5)
 ALERT_KINDS = ("high_temperature", "temperature_anomaly", "order_velocity")
-
-
-def alert_rules(context: ViewContext):  # noqa: ANN201 - include.processors.AlertRules
-    from include.processors import AlertRules
-
-    return AlertRules(context.settings.temperature_limit, context.settings.velocity_limit,
-                      anomaly_lookback_us=int(ANOMALY_LOOKBACK / timedelta(microseconds=1)))
-
-
-def exact_alerts(sensors: DataFrame, orders: DataFrame, context: ViewContext) -> DataFrame:
-    """Every alert the full history holds: ``kind, entity_id, event_time, value, threshold``.
-    The anomaly test is in exact integers of hundredths of a degree, like the stream's."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    rules = alert_rules(context)
-    high = sensors.where(F.col("temperature") > rules.temperature_limit).select(
-        F.lit("high_temperature").alias("kind"), F.col("device_id").alias("entity_id"), "event_time",
-        F.col("temperature").alias("value"), F.lit(float(rules.temperature_limit)).alias("threshold"),
-    )
-    before = (Window.partitionBy("device_id").orderBy(F.unix_micros("event_time"))
-              .rangeBetween(-rules.anomaly_lookback_us, -1))
-    centi = F.round(F.col("temperature") * 100).cast("decimal(38,0)")
-    stats = sensors.withColumns({"x": centi, "n": F.count(F.lit(1)).over(before).cast("decimal(38,0)"),
-                                 "s": F.sum(centi).over(before), "q": F.sum(centi * centi).over(before)})
-    stats = stats.withColumns({"spread": F.expr("n * q - s * s"), "distance": F.expr("n * x - s")})
-    anomaly = stats.where(
-        (F.col("n") >= rules.anomaly_min_readings) & (F.col("spread") > 0)
-        & (F.expr("distance * distance * (n - 1)") > F.expr(f"{rules.anomaly_sigmas ** 2} * n * spread"))
-    ).select(
-        F.lit("temperature_anomaly").alias("kind"), F.col("device_id").alias("entity_id"), "event_time",
-        F.expr("CAST(distance AS DOUBLE) / sqrt(CAST(n * spread AS DOUBLE) / CAST(n - 1 AS DOUBLE))").alias("value"),
-        F.lit(float(rules.anomaly_sigmas)).alias("threshold"),
-    )
-    velocity = (
-        orders.groupBy("user_id", F.window("event_time", VELOCITY_WINDOW).alias("window"))
-        .agg(F.count(F.lit(1)).alias("orders"))
-        .where(F.col("orders") > rules.velocity_limit)
-        .select(F.lit("order_velocity").alias("kind"), F.col("user_id").alias("entity_id"),
-                F.col("window.start").alias("event_time"),
-                F.col("orders").cast("double").alias("value"), F.lit(float(rules.velocity_limit)).alias("threshold"))
-    )
-    return high.unionByName(anomaly).unionByName(velocity)
+# The stream's inputs also carry ``fresh`` (the event is in this micro-batch, not re-read from
+# the recent ones) and ``ingested_at`` (its micro-batch's time): see :func:`alerts_step`.
+FRESH, INGESTED = "fresh", "ingested_at"
 
 
 def alert_precedence(row: str) -> list[str]:
@@ -95,29 +58,76 @@ def alert_differences(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Dat
             for difference in ("missed", "unconfirmed") for kind in ALERT_KINDS
         },
     ),
-    speed=Speed(mode="update", freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts),
+    speed=Speed(mode="update", freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts,
+                incremental=lambda step: alerts_step(step),
+                recent={"sensors": ANOMALY_LOOKBACK, "orders": VELOCITY_WINDOW}),
+    declared_in_sql=True,
 )
-def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """``high_temperature``, ``temperature_anomaly`` and ``order_velocity``, one row per
-    ``alert_id``. The stream raises them in :class:`include.processors.AlertDetector` (the
-    micro-batch's time is ``detected_at``); the batch recomputes them (its run's time)."""
-    from pyspark.sql import functions as F
+    ``alert_id``. The anomaly test is in exact integers of hundredths of a degree (decimals), so
+    both layers and both engines agree to the last alert. The batch's ``detected_at`` is its
+    run's time. The stream runs this on a micro-batch's events and the recent ones of the same
+    devices and users (:func:`alerts_step`) and keeps the alerts its fresh events raise, each
+    detected at the micro-batch that brought its reading, or the order that passed the limit."""
+    settings, stream = context.settings, not context.exact
+    lookback_us = int(ANOMALY_LOOKBACK / timedelta(microseconds=1))
+    limit, window = settings.velocity_limit, int(VELOCITY_WINDOW.total_seconds())
+    detected = INGESTED if stream else "current_timestamp()"
+    fresh = f"AND {FRESH}" if stream else ""
+    velocity_detected = (f"min(CASE WHEN arrival = {limit + 1} THEN {INGESTED} END)" if stream
+                         else "current_timestamp()")
+    arrival = (f", row_number() OVER (PARTITION BY user_id, window_start ORDER BY {INGESTED}) AS arrival" if stream
+               else "")
+    return f"""
+        WITH readings AS (
+            SELECT device_id, event_time, temperature, {detected} AS detected_at {", " + FRESH if stream else ""},
+                   CAST(round(temperature * 100) AS DECIMAL(38,0)) AS x
+            FROM {{sensors}}),
+        stats AS (
+            SELECT *, n * q - s * s AS spread, n * x - s AS distance
+            FROM (SELECT *, CAST(count(1) OVER before AS DECIMAL(38,0)) AS n, sum(x) OVER before AS s,
+                         sum(x * x) OVER before AS q
+                  FROM readings
+                  WINDOW before AS (PARTITION BY device_id ORDER BY unix_micros(event_time)
+                                    RANGE BETWEEN {lookback_us} PRECEDING AND 1 PRECEDING))),
+        windows AS (
+            SELECT *{arrival}
+            FROM (SELECT *, {window_start_sql("event_time", window)} AS window_start FROM {{orders}})),
+        raised AS (
+            SELECT 'high_temperature' AS kind, device_id AS entity_id, event_time, temperature AS value,
+                   CAST({float(settings.temperature_limit)} AS DOUBLE) AS threshold, detected_at
+            FROM readings WHERE temperature > {float(settings.temperature_limit)} {fresh}
+            UNION ALL
+            SELECT 'temperature_anomaly', device_id, event_time,
+                   CAST(distance AS DOUBLE) / sqrt(CAST(n * spread AS DOUBLE) / CAST(n - 1 AS DOUBLE)),
+                   CAST({ANOMALY_SIGMAS} AS DOUBLE), detected_at
+            FROM stats
+            WHERE n >= {ANOMALY_MIN_READINGS} AND spread > 0
+              AND distance * distance * (n - 1) > {ANOMALY_SIGMAS ** 2} * n * spread {fresh}
+            UNION ALL
+            SELECT 'order_velocity', user_id, window_start, CAST(count(1) AS DOUBLE), CAST({limit} AS DOUBLE),
+                   {velocity_detected}
+            FROM windows GROUP BY user_id, window_start
+            HAVING count(1) > {limit} {"AND count_if(" + FRESH + ") > 0" if stream else ""})
+        SELECT concat_ws('|', kind, entity_id, date_format(event_time, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")) AS alert_id,
+               kind, entity_id, event_time, value, threshold, detected_at, to_date(event_time) AS date
+        FROM raised"""
 
-    sensors, orders = inputs["sensors"], inputs["orders"]
-    if context.exact:
-        raised = exact_alerts(sensors, orders, context).withColumn("detected_at", F.current_timestamp())
-    else:
-        from include.processors import ALERT_OUTPUT, AlertDetector
 
-        events = sensors.select(F.lit("sensors").alias("topic"), F.col("device_id").alias("entity_id"),
-                                F.unix_micros("event_time").alias("event_us"), "temperature").unionByName(
-            orders.select(F.lit("orders").alias("topic"), F.col("user_id").alias("entity_id"),
-                          F.unix_micros("event_time").alias("event_us"),
-                          F.lit(None).cast("double").alias("temperature")))
-        raised = events.groupBy("topic", "entity_id").transformWithState(
-            AlertDetector(alert_rules(context)), ALERT_OUTPUT, "Update", "EventTime"
-        ).select("kind", "entity_id", F.timestamp_micros("event_us").alias("event_time"), "value", "threshold",
-                 F.timestamp_micros("detected_us").alias("detected_at"))
-    alert_id = F.concat_ws("|", "kind", "entity_id", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"))
-    return raised.select(alert_id.alias("alert_id"), "kind", "entity_id", "event_time", "value", "threshold",
-                         "detected_at", F.to_date("event_time").alias("date"))
+def alerts_step(step: PassStep) -> pa.Table:
+    """``alerts`` kept by the ingest pass: the definition re-run on the micro-batch's readings and
+    orders (``fresh``) with the recent ones of the same devices and users (what a reading looks
+    back at, the orders of the windows it counts in: ``Speed.recent``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    inputs = {}
+    for topic, entity in (("sensors", "device_id"), ("orders", "user_id")):
+        new = step.events(topic)
+        old = step.recent(topic)
+        old = old.filter(pc.is_in(old[entity], pc.unique(new[entity]))).select(new.column_names).cast(new.schema)
+        inputs[topic] = pa.concat_tables([
+            table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
+            for table, fresh in ((old, False), (new, True))])
+    return step.query(alerts.sql(ViewContext(step.settings, exact=False)), inputs)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -75,26 +76,15 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
 )
 def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
     """Session windows per user with a 30-minute inactivity gap: first and last click, clicks,
-    distinct pages, whether an item was added to the cart. The batch uses ``session_window``; the
-    stream shows sessions while they are open (:func:`user_sessions_step`, or the processor
-    :class:`include.processors.OpenSessions` in a query of its own), with their pages."""
+    distinct pages, whether an item was added to the cart (``session_window``). The stream shows
+    sessions while they are open (:func:`user_sessions_step`), with their pages."""
     from pyspark.sql import functions as F
 
-    clicks = inputs["clicks"]
-    gap_us = int(SESSION_GAP / timedelta(microseconds=1))
-    if context.exact:
-        sessions = clicks.groupBy("user_id", F.session_window("event_time", spark_interval(SESSION_GAP))).agg(
-            F.unix_micros(F.min("event_time")).alias("start_us"), F.unix_micros(F.max("event_time")).alias("end_us"),
-            F.count(F.lit(1)).alias("events"), F.count_distinct("page_url").alias("pages"),
-            F.max(F.col("action") == "add_to_cart").alias("converted"),
-        )
-    else:
-        from include.processors import SESSION_OUTPUT, OpenSessions
-
-        events = clicks.select("user_id", F.unix_micros("event_time").alias("event_us"), "page_url", "action")
-        sessions = events.groupBy(
-            "user_id"
-        ).transformWithState(OpenSessions(gap_us), SESSION_OUTPUT, "Update", "EventTime")
+    sessions = inputs["clicks"].groupBy("user_id", F.session_window("event_time", spark_interval(SESSION_GAP))).agg(
+        F.unix_micros(F.min("event_time")).alias("start_us"), F.unix_micros(F.max("event_time")).alias("end_us"),
+        F.count(F.lit(1)).alias("events"), F.count_distinct("page_url").alias("pages"),
+        F.max(F.col("action") == "add_to_cart").alias("converted"),
+    )
     return sessions.select(
         "user_id",
         F.timestamp_micros("start_us").alias("session_start"),
@@ -104,8 +94,30 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> Data
         ((F.col("end_us") - F.col("start_us")) / 1e6).alias("duration_seconds"),
         "converted",
         F.to_date(F.timestamp_micros("start_us")).alias("date"),
-        *([] if context.exact else ["page_urls"]),
     )
+
+
+@dataclass(frozen=True)
+class Session:
+    start: int  # first click, µs
+    end: int  # last click, µs
+    events: int
+    pages: frozenset[str]
+    converted: bool
+
+
+def merge_sessions(sessions: Iterable[Session], gap_us: int) -> list[Session]:
+    """Sessions (single clicks included) merged where the next starts at most ``gap_us`` after the
+    previous ends: Spark's ``session_window`` rule (a click exactly the gap later continues)."""
+    merged: list[Session] = []
+    for session in sorted(sessions, key=lambda s: (s.start, s.end)):
+        last = merged[-1] if merged else None
+        if last is not None and session.start - last.end <= gap_us:
+            merged[-1] = Session(last.start, max(last.end, session.end), last.events + session.events,
+                                 last.pages | session.pages, last.converted or session.converted)
+        else:
+            merged.append(session)
+    return merged
 
 
 def user_sessions_step(step: PassStep) -> pa.Table:
@@ -116,8 +128,6 @@ def user_sessions_step(step: PassStep) -> pa.Table:
     merged into another. The speed table keeps each session's pages for the next merge."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from include.processors import Session, merge_sessions
 
     gap, fields = SESSION_GAP, user_sessions.speed_fields
     clicks = step.events("clicks")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# Spark's ``date_format`` patterns the views use, as DuckDB's ``strftime`` (``%g``: milliseconds).
+DATE_FORMATS = {"yyyy-MM-dd'T'HH:mm:ss.SSS'Z'": "%Y-%m-%dT%H:%M:%S.%gZ"}
 
 
 def spark_rows(sql: str, inputs: Mapping[str, DataFrame]) -> DataFrame:
@@ -42,6 +44,9 @@ def duckdb_sql(sql: str) -> str:
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.UnixSeconds):  # sqlglot's CAST(EPOCH(t) AS BIGINT) rounds; Spark truncates
             return exp.Anonymous(this="spark_unix_seconds", expressions=[node.this])
+        if isinstance(node, exp.TimeToStr) and node.args["format"].this in _date_formats():
+            return exp.Anonymous(this="strftime", expressions=[node.this, exp.Literal.string(
+                _date_formats()[node.args["format"].this])])
         if isinstance(node, exp.Anonymous) and node.name.lower() in ("hll_sketch_agg", "hll_union_agg"):
             values, *rest = node.expressions
             scalar = "hll_sketch_of" if node.name.lower() == "hll_sketch_agg" else "hll_union_of"
@@ -51,6 +56,16 @@ def duckdb_sql(sql: str) -> str:
 
     tree = sqlglot.parse_one(PLACEHOLDER.sub(r"\1", sql), read="spark").transform(rewrite)
     return tree.sql(dialect="duckdb")
+
+
+@lru_cache(maxsize=1)
+def _date_formats() -> dict[str, str]:
+    """:data:`DATE_FORMATS` by the format sqlglot reads from Spark's pattern (it leaves ``SSS``
+    and quoted letters unconverted)."""
+    import sqlglot
+
+    return {sqlglot.parse_one(f'date_format(t, "{spark}")', read="spark").args["format"].this: duckdb
+            for spark, duckdb in DATE_FORMATS.items()}
 
 
 def duckdb_rows(sql: str, inputs: Mapping[str, pa.Table], connection: duckdb.DuckDBPyConnection | None = None

@@ -112,34 +112,30 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     from include.views import speed_trigger_intervals
 
     chosen = settings.model_copy(update={"trigger_interval": timedelta(seconds=2),
-                                         "view_triggers": " alerts=1 minute,"})
+                                         "view_triggers": " revenue_by_segment_1h=1 minute,"})
     intervals = speed_trigger_intervals(chosen)
-    assert intervals["alerts"] == timedelta(minutes=1)
+    assert intervals["revenue_by_segment_1h"] == timedelta(minutes=1)
     assert intervals["order_payments"] == timedelta(seconds=2)
     assert intervals["traffic_by_page_10m"] == timedelta(seconds=2)  # ingest computes it, in its micro-batches
     with pytest.raises(ConfigError, match="ingest computes 'traffic_by_page_10m' in its own micro-batches"):
         speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s"}))
     # Given explicitly, an interval may also be shorter than the view's refresh.
-    given = chosen.model_copy(update={"view_triggers": "user_sessions=1s", "one_pass": False})
-    assert speed_trigger_intervals(given)["user_sessions"] == timedelta(seconds=1)
+    given = chosen.model_copy(update={"view_triggers": "revenue_by_segment_1h=1s"})
+    assert speed_trigger_intervals(given)["revenue_by_segment_1h"] == timedelta(seconds=1)
     with pytest.raises(ConfigError, match="LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'"):
         speed_trigger_intervals(settings.model_copy(update={"view_triggers": "sessions=5s"}))
 
 
 def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings):
-    from include.views import VIEWS, speed_trigger_intervals
+    from include.views import speed_trigger_intervals
     from include.views.rules import DASHBOARD_REFRESH
 
     fast = settings.model_copy(update={"trigger_interval": timedelta(seconds=1)})
     intervals = speed_trigger_intervals(fast)
     assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
         "revenue_by_category_5m", "traffic_by_page_10m", "device_health_5m", "order_payments", "alerts",
-        "customers", "customers_history", "user_sessions"}  # all but alerts and the enrichment in ingest
+        "customers", "customers_history", "user_sessions"}  # all but the enrichment in ingest
     assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {"revenue_by_segment_1h"}
-    queries = fast.model_copy(update={"one_pass": False})  # each view a query of its own
-    assert {name for name, interval in speed_trigger_intervals(queries).items() if interval == DASHBOARD_REFRESH} == {
-        view.name for view in VIEWS if view.speed.refresh} == {
-        "user_sessions", "customers_history", "revenue_by_segment_1h"}
     # A trigger interval longer than a view's refresh holds for it too.
     slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})
     assert set(speed_trigger_intervals(slow).values()) == {timedelta(minutes=2)}

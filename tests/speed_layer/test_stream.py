@@ -61,18 +61,15 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
 
     dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
     in_pass = [name for name, view in VIEWS_BY_NAME.items() if view.in_ingest_pass]
-    assert sorted(in_pass) == ["customers", "customers_history", "device_health_5m", "order_payments",
+    assert sorted(in_pass) == ["alerts", "customers", "customers_history", "device_health_5m", "order_payments",
                                "revenue_by_category_5m", "traffic_by_page_10m", "user_sessions"]
-    assert (dimensions, facts) == ({}, {"speed_alerts": ANY, "speed_revenue_by_segment_1h": ANY})
+    assert (dimensions, facts) == ({}, {"speed_revenue_by_segment_1h": ANY})
     chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
-    assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {"speed_alerts": ANY}]
-    queries = chosen.model_copy(update={"one_pass": False})  # the views of the pass as queries of their own
-    assert gold.gold_writers(spark, queries, open_store(queries, spark)) == [
-        {}, {"speed_order_payments": ANY, "speed_alerts": ANY}]
+    assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {}]
     # A view's lookups run with it: dimensions first.
-    enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h", "one_pass": False})
+    enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})
     assert [list(phase) for phase in gold.gold_writers(spark, enriched, open_store(enriched, spark))] == [
-        ["speed_customers_history"], ["speed_revenue_by_segment_1h"]]
+        [], ["speed_revenue_by_segment_1h"]]
 
 
 def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, capsys):
@@ -277,10 +274,10 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
     done = DeltaTable(str(batches)).version()
     assert done < 15, "the run finished before it was killed; the test would prove nothing"
 
-    # Again in the Gold phase, once the alerts query has planned its first micro-batch; from here on
+    # Again in the Gold phase, once the segment query has planned its first micro-batch; from here on
     # larger micro-batches (a restart may change the limit; what was planned is replayed as planned).
     env["LAMBDALAKE_MAX_FILES_PER_TRIGGER"] = "12"
-    for query in ("speed_alerts",):
+    for query in ("speed_revenue_by_segment_1h",):
         victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                   start_new_session=True)
         planned = settings.checkpoints_dir / query / "offsets" / "0"
@@ -302,7 +299,8 @@ def test_sigkill_mid_run_then_restart_loses_and_duplicates_nothing(tmp_path):
 
 def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     settings = load_settings(home=tmp_path / "home", event_source="rate", rate_rows_per_second=50,
-                             trigger_interval="1s", view_triggers="alerts=1h", bronze_trigger_interval="2s",
+                             trigger_interval="1s", view_triggers="revenue_by_segment_1h=1h",
+                             bronze_trigger_interval="2s",
                              spark_master="local[2]")
     stop = threading.Event()
     result = {}
@@ -325,21 +323,20 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf()
               for query in result["session"].streams.active}
     assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false"
-    assert copies["speed_alerts"].get(CACHE_COMPRESSED) == "true"
+    assert copies["speed_revenue_by_segment_1h"].get(CACHE_COMPRESSED) == "true"
     assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
-    assert copies["speed_alerts"].get(NO_DATA_BATCHES) == "false"
-    assert triggers["speed_alerts"] == "ProcessingTimeTrigger(3600000)"
-    assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_alerts", "speed_revenue_by_segment_1h"}
-    assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(30000)"  # its spec's refresh
+    assert copies["speed_revenue_by_segment_1h"].get(NO_DATA_BATCHES) == "false"
+    assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_revenue_by_segment_1h"}
+    assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(3600000)"
     assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
     assert triggers["speed_bronze"] == "ProcessingTimeTrigger(2000)"
     shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
     refresh = {row["view"]: row["speed_refresh_seconds"] for row in shown}
-    shown_views = ("user_sessions", "alerts", "customers_history", "traffic_by_page_10m")
+    shown_views = ("user_sessions", "alerts", "customers_history", "revenue_by_segment_1h")
     assert {view: refresh[view] for view in shown_views} == {
-        "user_sessions": 1, "alerts": 3600, "customers_history": 1, "traffic_by_page_10m": 1}
+        "user_sessions": 1, "alerts": 1, "customers_history": 1, "revenue_by_segment_1h": 3600}
     summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
-    assert "  1 h  " in summary["alerts"] and "  1 s  " in summary["customers_history"]
+    assert "  1 h  " in summary["revenue_by_segment_1h"] and "  1 s  " in summary["customers_history"]
     assert "  1 s  " in summary["user_sessions"] and "refresh" in summary["view"]
     stop.set()
     runner.join(timeout=300)

@@ -4,19 +4,26 @@ unpaid, sessions grow and merge, and a replayed micro-batch changes nothing."""
 
 from __future__ import annotations
 
+import json
+import statistics
 from datetime import datetime, timezone
+from unittest.mock import ANY
+from functools import cache
 
 import pytest
+from pyspark.sql import functions as F
 
 from include.lakehouse import Txn, open_store
 from include.registry import ViewContext, column_names
 from include.views import VIEWS_BY_NAME
+from speed_layer.recent import RecentEvents, horizons
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp, arrived_at timestamp"
 PAYMENTS = ("payment_id string, order_id string, amount double, method string, event_time timestamp, "
             "arrived_at timestamp")
 CLICKS = "user_id string, page_url string, action string, event_time timestamp, arrived_at timestamp"
+SENSORS = "device_id string, temperature double, humidity double, event_time timestamp, arrived_at timestamp"
 
 
 def t(hour, minute, second=0):
@@ -39,19 +46,31 @@ def settings(settings, request):
 
 @pytest.fixture
 def run_pass(spark, settings):
-    """Run the pass of ``views`` on one micro-batch: its on-time events per topic and the
-    payments' watermark before and after it."""
+    """Run the pass of ``views`` on one micro-batch: its on-time events per topic (ingested at
+    12:00 plus the batch id in seconds, modulo a minute) and the watermarks before and after it. The on-time
+    events the steps read again are kept across calls, as ingest keeps them."""
     store = open_store(settings, spark)
+    kept = {}
 
-    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=(), orders_watermark=None):
-        given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS)}
-        frames = {topic: spark.createDataFrame(list(rows), schema) for topic, (rows, schema) in given.items()}
+    def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=(), orders_watermark=None,
+            sensors=(), sensors_watermark=None):
+        views = [VIEWS_BY_NAME[name] for name in views]
+        recent = kept.setdefault("recent", RecentEvents(store, horizons(views)))
+        given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS),
+                 "sensors": (sensors, SENSORS)}
+        ingested_at = F.lit(t(12, 0, batch_id % 60))
+        frames = {topic: spark.createDataFrame(list(rows), schema).withColumn("ingested_at", ingested_at)
+                  for topic, (rows, schema) in given.items()}
+        arrow = {topic: frame.toArrow() for topic, frame in frames.items()}
+        watermarks = {"payments": watermark, "orders": orders_watermark, "sensors": sensors_watermark}
+        before = cache(lambda: recent.before(batch_id, watermarks, {topic: arrow[topic].schema for topic in arrow}))
         batch = MicroBatch(
             spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, (rows, _) in given.items() if rows},
-            events=frames.__getitem__, collect=lambda topics: {topic: frames[topic].toArrow() for topic in topics},
-            watermarks={"payments": watermark, "orders": orders_watermark}, watermarks_after={"payments": after})
-        for write in ViewPass(settings, store, [VIEWS_BY_NAME[name] for name in views]).writes(batch).values():
+            events=frames.__getitem__, collect=lambda topics: {topic: arrow[topic] for topic in topics},
+            recent=lambda topic: before()[topic], watermarks=watermarks, watermarks_after={"payments": after})
+        for write in ViewPass(settings, store, views).writes(batch).values():
             write()
+        recent.add(batch_id, arrow)
         return store
 
     return run
@@ -149,3 +168,37 @@ def test_sessions_grow_merge_and_leave_a_tombstone(spark, settings, run_pass):
         ViewContext(settings, exact=True))
     assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(
         whole.select(*view.columns).collect())  # the batch's answer
+
+
+def reading(device, minute, temperature=20.0, hour=10):
+    return (device, temperature, 40.0, t(hour, minute), t(hour, minute))
+
+
+def test_alerts_raised_once_from_the_micro_batch_and_the_recent_events(spark, settings, run_pass):
+    """An anomaly looks back at readings of an earlier micro-batch; an order-velocity alert is
+    raised once, when the window's sixth order comes, and its count grows with the same
+    detection; the notifier hears of each alert once, and a replay changes nothing."""
+    view = VIEWS_BY_NAME["alerts"]
+
+    def alerts():
+        rows = store.read(view.speed_table).collect()  # Spark's times are naive UTC
+        return {r["alert_id"]: (r["value"], r["detected_at"].replace(tzinfo=timezone.utc)) for r in rows}
+
+    store = run_pass(["alerts"], 0, sensors=[reading("D1", minute, 20.0 + minute % 2 / 2) for minute in range(5)],
+                     orders=[order(f"o{i}", 1, user="u9") for i in range(6)])
+    assert alerts() == {"order_velocity|u9|2026-11-20T10:00:00.000Z": (6.0, t(12, 0, 0))}
+    store = run_pass(["alerts"], 1, sensors=[reading("D1", 5, 30.0), reading("D1", 6, 85.0), reading("D2", 6, 30.0)],
+                     orders=[order("o7", 2, user="u9")], sensors_watermark=t(9, 55), orders_watermark=t(9, 55))
+    prior = [20.0, 20.5, 20.0, 20.5, 20.0]
+    assert alerts() == {
+        "order_velocity|u9|2026-11-20T10:00:00.000Z": (7.0, t(12, 0, 0)),  # the first detection stands
+        "temperature_anomaly|D1|2026-11-20T10:05:00.000Z":
+            (pytest.approx((30.0 - statistics.mean(prior)) / statistics.stdev(prior)), t(12, 0, 1)),
+        "high_temperature|D1|2026-11-20T10:06:00.000Z": (85.0, t(12, 0, 1)),
+        "temperature_anomaly|D1|2026-11-20T10:06:00.000Z": (ANY, t(12, 0, 1)),  # D2 has no readings before
+    }
+    announced = sorted(json.loads(r["details"])["alert_id"] for r in store.read("ops/alerts").collect())
+    assert announced == sorted(alerts())
+    version = store.version(view.speed_table)
+    run_pass(["alerts"], 1, sensors=[reading("D1", 5, 30.0)], sensors_watermark=t(9, 55))  # a replay
+    assert store.version(view.speed_table) == version
