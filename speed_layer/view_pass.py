@@ -164,15 +164,14 @@ class ViewPass:
 
     def _add_partials_on_driver(self, view: ViewSpec, step: Step) -> None:
         """:meth:`_add_partials` with the definition and the merge run by DuckDB (include/views/sql.py)."""
-        from include.views.sql import duckdb_connection, duckdb_rows
+        from include.views.sql import duckdb_rows
 
         store, txn, columns = self.store, step.batch.txn, column_names(view.speed_fields)
         if store.is_committed(view.speed_table, txn):
             return
         schema = ddl.arrow_schema(view.speed_fields)
-        con = duckdb_connection()
         text = view.sql(ViewContext(self.settings, exact=False))
-        rows = duckdb_rows(text, {topic: step.events(topic) for topic in view.inputs}, con).select(columns).cast(schema)
+        rows = duckdb_rows(text, {topic: step.events(topic) for topic in view.inputs}).select(columns).cast(schema)
         if rows.num_rows == 0:
             return
         if view.speed.partials.merged == "read":
@@ -181,7 +180,7 @@ class ViewPass:
         stored = with_keys_of(self._stored_of(view, rows).cast(schema), rows, list(view.keys))
         if stored.num_rows:
             both = pa.concat_tables([rows, stored.select(columns)])
-            rows = duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}, con).select(columns).cast(schema)
+            rows = duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}).select(columns).cast(schema)
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
     def _stored_of(self, view: ViewSpec, rows: pa.Table) -> pa.Table:

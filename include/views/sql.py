@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -70,11 +71,26 @@ def _date_formats() -> dict[str, str]:
 
 def duckdb_rows(sql: str, inputs: Mapping[str, pa.Table], connection: duckdb.DuckDBPyConnection | None = None
                 ) -> pa.Table:
-    """The SQL run by DuckDB on Arrow tables named by the placeholders."""
-    con = connection or duckdb_connection()
-    for name in set(PLACEHOLDER.findall(sql)):
+    """The SQL run by DuckDB on Arrow tables named by the placeholders (by default on the calling
+    thread's connection: making one, with its functions, costs more than a small query)."""
+    con = connection or _thread_connection()
+    names = set(PLACEHOLDER.findall(sql))
+    for name in names:
         con.register(name, inputs[name])
-    return con.sql(duckdb_sql(sql)).to_arrow_table()
+    try:
+        return con.sql(duckdb_sql(sql)).to_arrow_table()
+    finally:
+        for name in names:  # a registered table holds its Arrow data
+            con.unregister(name)
+
+
+_threads = threading.local()
+
+
+def _thread_connection() -> duckdb.DuckDBPyConnection:
+    if not hasattr(_threads, "connection"):
+        _threads.connection = duckdb_connection()
+    return _threads.connection
 
 
 def duckdb_connection() -> duckdb.DuckDBPyConnection:
