@@ -1,7 +1,8 @@
 """An ingest micro-batch on the driver (``LAMBDALAKE_PASS_ENGINE=duckdb``).
 
-The flagged micro-batch comes to the driver as Arrow in one Spark job. Silver, late_events and
-the feeds are written from it with delta-rs and pyarrow, and the pass's views declared in SQL run
+The flagged micro-batch comes to the driver as Arrow in one Spark job, every line with its bytes.
+Bronze is written from it, then its copies are dropped (:mod:`speed_layer.dedup`); Silver,
+late_events and the feeds are written from the rest with delta-rs and pyarrow, and the pass's views declared in SQL run
 in DuckDB on it (speed_layer/view_pass.py, include/views/sql.py): a small micro-batch then costs
 no Spark job beyond that one (the DLQ keeps its Spark job: the shared parser names a line's
 reason, and rejected lines are rare).
@@ -18,6 +19,8 @@ import pyarrow.parquet as pq
 
 from include import tables
 
+BRONZE_COLUMNS = {"event_date": "bronze_date"}  # Bronze's columns by the micro-batch's names
+
 
 def counts(rows: pa.Table) -> dict[str, dict]:
     """Per topic: Silver, DLQ and late rows and the newest valid event time (ingest's summary)."""
@@ -29,6 +32,13 @@ def counts(rows: pa.Table) -> dict[str, dict]:
                         "late_rows": pc.sum(part["is_late"].fill_null(False).cast(pa.int64())).as_py() or 0,
                         "max_event_time": pc.max(valid["event_time"]).as_py() if valid.num_rows else None}
     return found
+
+
+def bronze_rows(rows: pa.Table, topic: str) -> pa.Table:
+    """Every line of the topic, byte for byte, as Bronze keeps it."""
+    part = rows.filter(pc.equal(rows["topic"], topic))
+    schema = tables.arrow_schema(tables.BRONZE_FIELDS)
+    return pa.table({name: part[BRONZE_COLUMNS.get(name, name)] for name in schema.names}).cast(schema)
 
 
 def records(rows: pa.Table, topic: str, record: str) -> pa.Table:

@@ -36,7 +36,7 @@ from pyspark.sql.types import StructField, StructType
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.parsing import parse_topic, with_reason
+from include.parsing import bronze_event_date, parse_topic, with_reason
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
@@ -128,8 +128,11 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
         # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
         # instead of crossing the dedup shuffle and cache. The driver's dedup orders copies by them.
         raw_line = F.col("value") if on_driver else F.when(F.col("rejected"), F.col("value")).alias("value")
+        # On the driver, ingest writes Bronze too: each line's event date, read cheaply where the
+        # parser found none (the Bronze query's rule).
+        bronze = [F.coalesce("event_date", bronze_event_date(topic)).alias("bronze_date")] if on_driver else []
         parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time",
-                                   *records))
+                                   *bronze, *records))
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
@@ -159,6 +162,9 @@ class IngestBatch:
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
         for topic in topics:
             store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
+        if settings.pass_engine == "duckdb":  # ingest writes Bronze (speed_layer/driver_pass.py)
+            for topic in topics:
+                store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
         store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
         store.ensure_table(tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA)
         store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
@@ -204,10 +210,14 @@ class IngestBatch:
             batch = batch.persist()
         started = time.perf_counter()
         try:
-            arrow = None
+            arrow = raw = None
             if on_driver:  # the micro-batch on the driver, in one Spark job
-                arrow = self.seen.first_copies(batch.toArrow(), batch_id).drop_columns(["value"])
+                raw = batch.toArrow()
+                arrow = self.seen.first_copies(raw, batch_id).drop_columns(["value", "bronze_date"])
                 counts = driver_pass.counts(arrow)
+                for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
+                    counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
+                                                     "max_event_time": None})["bronze_rows"] = row["topic_count"]
             else:
                 summary = batch.groupBy("topic").agg(
                     F.count(F.when(valid, 1)).alias("silver_rows"),
@@ -221,7 +231,7 @@ class IngestBatch:
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                recent = self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow)
+                recent = self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow, raw)
         finally:
             batch.unpersist()
         if on_driver:
@@ -241,7 +251,7 @@ class IngestBatch:
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
     def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict,
-               arrow: pa.Table | None = None) -> dict[str, pa.Table]:
+               arrow: pa.Table | None = None, raw: pa.Table | None = None) -> dict[str, pa.Table]:
         """Every write of the micro-batch; returns its on-time events of the topics the pass reads
         again (:mod:`speed_layer.recent`)."""
         txn = Txn(QUERY, batch_id)
@@ -254,6 +264,9 @@ class IngestBatch:
                                    else self._silver_rows(batch, topic))
             for topic, count in sorted(counts.items()) if count["silver_rows"]
         }
+        if on_driver:  # Bronze, every line (no Bronze query runs)
+            appends |= {tables.bronze(topic): driver_pass.bronze_rows(raw, topic)
+                        for topic, count in sorted(counts.items()) if count["bronze_rows"]}
         if any(count["dlq_rows"] for count in counts.values()):
             appends[tables.DLQ] = self._dlq_rows(batch, self.settings.max_line_bytes)
         if any(count["late_rows"] for count in counts.values()):
@@ -300,7 +313,8 @@ class IngestBatch:
         accounting = [
             {"query": QUERY, "batch_id": batch_id, "topic": topic, "watermark": watermarks.get(topic),
              "processed_at": now,
-             **{key: count[key] for key in ("silver_rows", "dlq_rows", "late_rows", "max_event_time")}}
+             **{key: count.get(key) for key in ("bronze_rows", "silver_rows", "dlq_rows", "late_rows",
+                                                 "max_event_time")}}
             for topic, count in sorted(counts.items())
         ]
         # Last: a batch's accounting row means all of its writes are committed.

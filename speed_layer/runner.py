@@ -52,22 +52,29 @@ class StreamFailed(RuntimeError):
 
 def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore,
                    available_now: bool = False) -> dict[str, DataStreamWriter]:
-    """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds)."""
+    """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds); with
+    the pass on the driver, ingest writes Bronze itself and no Bronze query runs."""
     raw = open_source(spark, settings, available_now)  # each query reads it with a source of its own
     topics = tuple(raw)
-    bronze_lines = bronze.with_event_date(raw)
     events = ingest.parsed_events(raw, settings)
-    return {
-        bronze.QUERY: bronze_lines.writeStream.queryName(bronze.QUERY).foreachBatch(bronze.BronzeBatch(store, topics)),
-        ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
-        .foreachBatch(ingest.IngestBatch(settings, store, topics)),
-    }
+    writers = {ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
+               .foreachBatch(ingest.IngestBatch(settings, store, topics))}
+    if not writes_bronze_in_ingest(settings):
+        lines = bronze.with_event_date(raw).writeStream.queryName(bronze.QUERY)
+        writers[bronze.QUERY] = lines.foreachBatch(bronze.BronzeBatch(store, topics))
+    return writers
+
+
+def writes_bronze_in_ingest(settings: Settings) -> bool:
+    """With the pass on the driver, ingest has every line of its micro-batch there already."""
+    return settings.pass_engine == "duckdb"
 
 
 def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each query's micro-batch interval when running continuously."""
     bronze_interval = settings.bronze_trigger_interval or max(settings.trigger_interval, bronze.DEFAULT_TRIGGER)
-    return {bronze.QUERY: bronze_interval, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
+    own_bronze = {} if writes_bronze_in_ingest(settings) else {bronze.QUERY: bronze_interval}
+    return {**own_bronze, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
 
 
 def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:

@@ -93,6 +93,9 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     # Every query the runner starts has its interval here.
     assert set(query_trigger_intervals(settings)) == {
         "speed_bronze", "speed_ingest", *(v.speed_query for v in VIEWS_BY_NAME.values() if not v.in_ingest_pass)}
+    # With the pass on the driver, ingest writes Bronze from its own micro-batch: no Bronze query.
+    on_driver = settings.model_copy(update={"pass_engine": "duckdb"})
+    assert set(query_trigger_intervals(on_driver)) == {"speed_ingest", "speed_revenue_by_segment_1h"}
 
 
 @pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
