@@ -22,7 +22,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from include.config import Settings
+from include.config import ConfigError, Settings
 from include.disk_space import as_no_space_left
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import LOCAL_MASTER, get_spark
@@ -68,6 +68,21 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
 def writes_bronze_in_ingest(settings: Settings) -> bool:
     """With the pass on the driver, ingest has every line of its micro-batch there already."""
     return settings.pass_engine == "duckdb"
+
+
+def check_pass_engine(settings: Settings) -> None:
+    """Refuse to go on with the other pass engine than the one the ingest query's checkpoint began
+    with: the Spark pass keeps the dedup in Spark's state store (a ``state`` folder), the driver
+    pass keeps none, and Spark cannot restart a query whose stateful operators changed."""
+    checkpoint = settings.checkpoints_dir / ingest.QUERY
+    if not any((checkpoint / "commits").glob("[0-9]*")):
+        return  # a new home, or nothing committed yet
+    began = "spark" if (checkpoint / "state").is_dir() else "duckdb"
+    if began != settings.pass_engine:
+        raise ConfigError(
+            f"invalid setting LAMBDALAKE_PASS_ENGINE={settings.pass_engine}: the stream of {settings.home} began "
+            f"with LAMBDALAKE_PASS_ENGINE={began}, and its ingest checkpoint ({checkpoint}) keeps that engine's "
+            "deduplication; keep that engine for this home, or use a new home for the other")
 
 
 def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
@@ -218,6 +233,7 @@ def run_stream(
     """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`.
     ``on_started`` gets the run's own Spark session (its ``streams`` are the queries) before they
     start. ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
+    check_pass_engine(settings)
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -82,6 +82,23 @@ def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, ca
     assert "LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("began", "now"), [("spark", "duckdb"), ("duckdb", "spark")])
+def test_another_pass_engine_on_a_home_is_refused_before_spark_starts(settings, capsys, monkeypatch, began, now):
+    """Spark cannot restart the ingest query with its dedup added or taken away (the Spark pass
+    keeps it in a state store, the driver pass in memory): a clear error instead of Spark's."""
+    from lambdalake.cli import main
+
+    checkpoint = settings.checkpoints_dir / "speed_ingest"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
+    if began == "spark":
+        (checkpoint / "state").mkdir()
+    monkeypatch.setenv("LAMBDALAKE_PASS_ENGINE", now)
+    assert main(["stream", "--home", str(settings.home)]) == 2
+    assert f"LAMBDALAKE_PASS_ENGINE={now}: the stream of {settings.home} began with LAMBDALAKE_PASS_ENGINE={began}" \
+        in capsys.readouterr().err
+
+
 def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(settings):
     def bronze_interval(**update):
         return query_trigger_intervals(settings.model_copy(update=update))["speed_bronze"]
