@@ -154,10 +154,11 @@ class Chaos:
                             f"ingest version {before} -> {self.ingest_version()}")
 
     def side_jobs(self, stop: threading.Event) -> None:
-        """Until ``stop``: day one's batch and maintenance in turn, every other run of each killed
-        at a random moment."""
+        """Until ``stop``: maintenance and day one's batch in turn, every other run of each killed
+        at a random moment (maintenance first: it takes seconds, so both run however soon the
+        kills are done)."""
         rng = random.Random(self.seed + 1)
-        jobs = [("batch", "--date", str(DAY_ONE)), ("maintain",)]
+        jobs = [("maintain",), ("batch", "--date", str(DAY_ONE))]
         turn = 0
         while not stop.is_set():
             args = jobs[turn % 2]
@@ -183,6 +184,9 @@ class Chaos:
         side.start()
         try:
             self.stream_kills()
+            deadline = time.monotonic() + 300  # each side job has run at least once (a fast stream's kills end first)
+            while {run["command"] for run in self.side_runs} != {"batch", "maintain"} and time.monotonic() < deadline:
+                time.sleep(0.5)
         finally:
             stop.set()
             side.join()
