@@ -491,7 +491,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                          {**env, "LAMBDALAKE_SERVE_TOKEN": token}, settings.run_dir)
         client = HttpClient(port, token)
     services = [service for service in (stream, server) if service]
-    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze)
+    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze, design)
     lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
@@ -625,14 +625,16 @@ def measure_floor(args: argparse.Namespace, rate: int, home: Path, settings, env
             "memory": sampler.samples if sampler else [], "state_series": {}, "interrupted": None, "died": None}
 
 
-def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str) -> dict[str, float]:
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
+                      design: str) -> dict[str, float]:
     """The micro-batch interval of each of the stream's queries, in seconds, as the stream
     started with these options takes them."""
     from include.config import load_settings
     from speed_layer.runner import query_trigger_intervals
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
-                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
+                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views,
+                             pass_engine="duckdb" if design == "one-pass-duckdb" else "spark")
     return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
