@@ -157,12 +157,13 @@ class IngestBatch:
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
         views = speed_views(settings)
+        on_driver = settings.pass_engine == "duckdb"  # speed_layer/driver_pass.py
         self.view_pass = ViewPass(settings, store, views)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
         for topic in topics:
             store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
-        if settings.pass_engine == "duckdb":  # ingest writes Bronze (speed_layer/driver_pass.py)
+        if on_driver:  # ingest writes Bronze
             for topic in topics:
                 store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
         store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
@@ -178,7 +179,7 @@ class IngestBatch:
             raise ValueError(f"a dimension reads {sorted(set(self.recent.horizons) & set(STATE_TOPICS))}: "
                              "a step cannot read its events again as recent on-time events")
         # The dedup's state, on the driver with the pass (else in Spark's state store).
-        self.seen = SeenEvents(store, topics, settings.dedup_window) if settings.pass_engine == "duckdb" else None
+        self.seen = SeenEvents(store, topics, settings.dedup_window) if on_driver else None
         # Kept across micro-batches: the store keeps its open tables per thread.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
 

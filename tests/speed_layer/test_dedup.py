@@ -50,7 +50,14 @@ def test_first_copies_across_micro_batches_within_the_window_and_read_back_for_a
     store = open_store(settings, spark)
     for topic in ("clicks", "orders"):
         store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
-    seen = SeenEvents(store, ("clicks", "orders"), timedelta(minutes=5))
+    def fresh_state() -> SeenEvents:  # a new process's, read back from Silver when it needs it
+        return SeenEvents(store, ("clicks", "orders"), timedelta(minutes=5))
+
+    def commit(state: SeenEvents, kept, batch_id: int) -> None:
+        store_silver(store, kept, batch_id)
+        state.keep(kept, batch_id)
+
+    seen = fresh_state()
     first = micro_batch(T0, [
         ("clicks", "a", 2, "f2", b"a-late"), ("clicks", "a", 1, "f1", b"a-first"),  # the earlier arrival counts
         ("clicks", "b", 1, "f1", b"b2"), ("clicks", "b", 1, "f1", b"b1"),  # same file and time: the smaller bytes
@@ -60,22 +67,20 @@ def test_first_copies_across_micro_batches_within_the_window_and_read_back_for_a
     kept = seen.first_copies(first, 0)
     assert ids(kept) == [("clicks", "a", b"a-first"), ("clicks", "b", b"b1"), ("orders", "a", b"other topic"),
                          ("clicks", None, b"bad"), ("clicks", None, b"bad")]
-    store_silver(store, kept, 0)
-    seen.keep(kept, 0)
+    commit(seen, kept, 0)
 
     second = micro_batch(T0 + timedelta(minutes=4), [("clicks", "a", 240, "f3", b"again"),
                                                       ("clicks", "c", 240, "f3", b"c")])
     assert ids(seen.first_copies(second, 1)) == [("clicks", "c", b"c")]
     # A new process (or a replay of micro-batch 1) reads the same state back from Silver.
-    again = SeenEvents(store, ("clicks", "orders"), timedelta(minutes=5))
-    assert ids(again.first_copies(second, 1)) == [("clicks", "c", b"c")]
+    again = fresh_state()
     kept = again.first_copies(second, 1)
-    store_silver(store, kept, 1)
-    again.keep(kept, 1)
+    assert ids(kept) == [("clicks", "c", b"c")]
+    commit(again, kept, 1)
     # Past the window, an id counts again (the batch layer still keeps one copy a day).
     third = micro_batch(T0 + timedelta(minutes=6), [("clicks", "a", 360, "f4", b"a, much later"),
                                                      ("clicks", "c", 360, "f4", b"c again")])
     assert ids(again.first_copies(third, 2)) == [("clicks", "a", b"a, much later")]
     # A replay of micro-batch 1 after its Silver rows were committed: those rows are not its state.
-    replayed = SeenEvents(store, ("clicks", "orders"), timedelta(minutes=5))
+    replayed = fresh_state()
     assert ids(replayed.first_copies(second, 1)) == [("clicks", "c", b"c")]
