@@ -127,6 +127,18 @@ def log_file_intact(path: Path) -> bool:
     return len(lines) > 1
 
 
+def torn_checkpoint_logs(checkpoints_dir: Path) -> list[Path]:
+    """The torn newest log files of the checkpoints under ``checkpoints_dir``: what makes a query
+    fail as it starts (Spark names the file for some and only the JSON error for others)."""
+    torn = []
+    for query in sorted(path for path in checkpoints_dir.glob("*") if path.is_dir()):
+        logs = [query / name for name in CHECKPOINT_LOGS] + sorted((query / "sources").glob("*"))
+        for log in (_batches(folder) for folder in logs):
+            if log and not log_file_intact(newest := log[max(log)]):
+                torn.append(newest)
+    return torn
+
+
 def _batches(folder: Path) -> dict[int, Path]:
     return {int(path.name): path for path in folder.glob("*") if path.name.isdigit()}
 
@@ -259,4 +271,5 @@ def _abandoned(paths: Iterable[Path], what: str, now: float) -> list[Finding]:
             if now - path.stat().st_mtime > ABANDONED_AFTER_SECONDS]
 
 
-__all__ = ["ABANDONED_AFTER_SECONDS", "Examination", "Finding", "examine", "log_file_intact", "repair"]
+__all__ = ["ABANDONED_AFTER_SECONDS", "Examination", "Finding", "examine", "log_file_intact", "repair",
+           "torn_checkpoint_logs"]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from include.config import ConfigError, Settings
 from include.disk_space import as_no_space_left
+from include.doctor import torn_checkpoint_logs
 from include.lakehouse import LakehouseStore, open_store
 from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
@@ -279,8 +280,13 @@ def run_stream(
         finished = True
     except StreamFailed as failed:
         # A torn checkpoint file; a full disk's message says what to do already.
-        if str(settings.checkpoints_dir) in str(failed) and as_no_space_left(str(failed), checkpoints) is None:
-            raise StreamFailed(f"{failed} (`lambdalake doctor --home {settings.home}` says what to do)") from None
+        if as_no_space_left(str(failed), checkpoints) is not None:
+            raise
+        torn = torn_checkpoint_logs(settings.checkpoints_dir)
+        if torn or str(settings.checkpoints_dir) in str(failed):
+            named = f"; torn checkpoint files: {', '.join(map(str, torn))}" if torn else ""
+            doctor = f"`lambdalake doctor --home {settings.home}` says what to do"
+            raise StreamFailed(f"{failed}{named} ({doctor})") from None
         raise
     except Exception as error:  # a full disk where no query saw it: starting a query, the heartbeat
         full = as_no_space_left(error, settings.home)

@@ -84,16 +84,19 @@ def test_torn_checkpoint_files_are_refused_then_repaired_and_the_stream_goes_on_
     # leftovers of writers that died: temporary files and an empty data file.
     newest(ingest / "commits").write_text("v1\n{\"nextBatchW")
     plan = newest(bronze / "offsets")
-    shutil.copy(plan, plan.with_name(str(int(plan.name) + 1)))
-    os.truncate(plan.with_name(str(int(plan.name) + 1)), 0)
+    empty_plan = plan.with_name(str(int(plan.name) + 1))
+    shutil.copy(plan, empty_plan)
+    os.truncate(empty_plan, 0)
     leftovers = [left_behind(orders / "_delta_log" / "_commit_1f0e.json.tmp", b"{\"add\""),
                  left_behind(orders / "date=2026-11-20" / "part-00000-1f0e.c000.snappy.parquet")]
     young = left_behind(orders / "_delta_log" / "_commit_2a1b.json.tmp")
     os.utime(young)  # a live writer's: not touched
     half_written = left_behind(ingest / "offsets" / ".2.1f0e.tmp", b"v1\n{")
 
-    with pytest.raises(StreamFailed, match=r"Incomplete log file.*lambdalake doctor --home"):
+    # Whichever query meets its torn file first fails the stream: the error names both files.
+    with pytest.raises(StreamFailed, match=r"torn checkpoint files: .*lambdalake doctor --home") as failed:
         run_stream(settings, available_now=True)
+    assert str(newest(ingest / "commits")) in str(failed.value) and str(empty_plan) in str(failed.value)
     assert not half_written.exists()  # the stream removes its own logs' temporary files
 
     found = doctor(settings)
