@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     # "duckdb": ingest writes a micro-batch and computes the pass's views declared in SQL on the
     # driver (Arrow, DuckDB, delta-rs) instead of as Spark jobs (speed_layer/driver_pass.py).
     pass_engine: Literal["spark", "duckdb"] = "spark"
+    # How often the stream compacts the small files of the tables it appends to (0: never; the
+    # daily maintenance does all tables): speed_layer/compaction.py.
+    stream_compaction_interval: timedelta = Field(default=timedelta(minutes=10), ge=timedelta(0))
     # Kafka records per topic per micro-batch (unset: max_bytes_per_trigger / KAFKA_RECORD_BYTES).
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     # Ingest's and the seconds-fresh views' micro-batch interval: a landed file is picked up within

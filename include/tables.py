@@ -40,6 +40,14 @@ def silver(topic: str) -> str:
 # the whole table, every micro-batch. 1 MB files keep a rewrite to the few newest files
 # (benchmarks/DECISIONS.md).
 MERGED_TABLE_PROPERTIES = {"delta.targetFileSize": str(1024 * 1024)}
+# Tables the stream commits to every micro-batch (86,400 commits a day at one a second). Each
+# commit lists the table's whole log folder, so with Delta's default 30 days of log a commit
+# slows as the day goes on (benchmarks/DECISIONS.md); these keep 10 minutes of log instead
+# (cleaned at each checkpoint). Their older versions are gone: `query --as-of` refuses a time
+# before a served table's oldest version (serving/engine.py).
+STREAM_LOG_RETENTION = "10 minutes"
+STREAM_TABLE_PROPERTIES = {"delta.logRetentionDuration": f"interval {STREAM_LOG_RETENTION}"}
+SPEED_TABLE_PROPERTIES = {**MERGED_TABLE_PROPERTIES, **STREAM_TABLE_PROPERTIES}
 DLQ = "dlq"
 LATE_EVENTS = "late_events"
 INGEST_BATCHES = "ops/ingest_batches"

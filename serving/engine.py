@@ -138,6 +138,14 @@ class QueryRefused(ValueError):
         self.reason = reason
 
 
+HISTORY_KEPT = (f"a table the stream writes keeps {tables.STREAM_LOG_RETENTION} of history "
+                "(`lambdalake history TABLE` lists the versions there are)")
+
+
+class HistoryGone(ValueError):
+    """``--as-of`` a time or version older than a served table's log: its rows then are unknown."""
+
+
 class QueryTimeout(RuntimeError):
     """A query that ran past the engine's time limit and was cancelled."""
 
@@ -193,12 +201,24 @@ class ServingEngine:
         if not DeltaTable.is_deltatable(path):
             return None
         table = DeltaTable(path)
+        if self.as_of is None:
+            return table
+        # The oldest version still in the log: a table the stream writes keeps minutes of it
+        # (tables.STREAM_LOG_RETENTION), and delta-rs would give that version for an older time.
+        oldest = table.history()[-1]
         if isinstance(self.as_of, int):
-            table.load_as_version(min(self.as_of, table.version()))
-        elif isinstance(self.as_of, datetime):
-            table.load_as_version(self.as_of)  # before the first commit this gives version 0
-            if table.version() == 0 and _committed_at(table.history()[-1]) > self.as_of:
-                return None
+            wanted = min(self.as_of, table.version())
+            if wanted < oldest["version"]:
+                raise HistoryGone(f"{SOURCES[relation][0]} keeps versions {oldest['version']} to {table.version()} "
+                                  f"only, not {wanted}: {HISTORY_KEPT}")
+            table.load_as_version(wanted)
+        else:
+            if oldest["version"] == 0 and _committed_at(oldest) > self.as_of:
+                return None  # created later
+            if _committed_at(oldest) > self.as_of:
+                raise HistoryGone(f"{SOURCES[relation][0]} keeps versions from {_committed_at(oldest).isoformat()} "
+                                  f"only: {HISTORY_KEPT}")
+            table.load_as_version(self.as_of)
         return table
 
     @contextmanager

@@ -44,8 +44,9 @@ class BronzeBatch:
     def __init__(self, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.store, self.topics = store, topics
         for topic in topics:
-            store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
-        store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
+            store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS,
+                               tables.STREAM_TABLE_PROPERTIES)
+        store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA, (), tables.STREAM_TABLE_PROPERTIES)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         txn = Txn(QUERY, batch_id)

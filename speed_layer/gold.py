@@ -81,10 +81,10 @@ class CombineBatch:
 
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
-    store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
+    store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
     dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
     for dimension in dimensions:
-        store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
+        store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
     if view.speed.partials and view.speed.partials.merged == "read":  # no state, so no watermark: ingest left
         # the late events out already
         (topic,) = view.inputs

@@ -161,14 +161,15 @@ class IngestBatch:
         self.view_pass = ViewPass(settings, store, views)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
+        each_batch = tables.STREAM_TABLE_PROPERTIES
         for topic in topics:
-            store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
+            store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS, each_batch)
         if on_driver:  # ingest writes Bronze
             for topic in topics:
-                store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
-        store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA)
-        store.ensure_table(tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA)
-        store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA)
+                store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS, each_batch)
+        store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA, (), each_batch)
+        store.ensure_table(tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA, (), each_batch)
+        store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA, (), each_batch)
         # Max event time per topic through batch ``_through``: the watermarks' state.
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None

@@ -73,7 +73,7 @@ class StreamMetrics(StreamingQueryListener):
         self._input_rows: dict[str, int] = {}  # per query, since this runner started
         # Each speed view's micro-batch interval in seconds (continuous runs), for ``status``.
         self.view_refresh_seconds: dict[str, float] = {}
-        store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA)
+        store.ensure_table(tables.STREAM_METRICS, tables.STREAM_METRICS_SCHEMA, (), tables.STREAM_TABLE_PROPERTIES)
 
     @property
     def _jlistener(self) -> Any:

@@ -30,6 +30,7 @@ from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.announce import DayCompleteAnnouncer
+from speed_layer.compaction import StreamCompaction
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
 from speed_layer.metrics import StreamMetrics
 from speed_layer.stream_progress import StreamProgress
@@ -276,7 +277,17 @@ def run_stream(
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             if announcer:
                 threading.Thread(target=announcer.run, args=(stop,), name="day-complete-events", daemon=True).start()
-            _supervise(queries, metrics, stop, checkpoints_dir=checkpoints)
+            ended = threading.Event()  # the queries' end: a compaction under way finishes first
+            compacting = threading.Thread(target=StreamCompaction(settings, store).run, args=(ended,),
+                                          name="compaction", daemon=True)
+            if settings.stream_compaction_interval:
+                compacting.start()
+            try:
+                _supervise(queries, metrics, stop, checkpoints_dir=checkpoints)
+            finally:
+                ended.set()
+                if compacting.is_alive():
+                    compacting.join()
         finished = True
     except StreamFailed as failed:
         # A torn checkpoint file; a full disk's message says what to do already.

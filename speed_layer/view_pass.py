@@ -101,7 +101,7 @@ class Step:
             self.store.delete(table, where)
 
     def keep(self, table: str, rows: pa.Table, fields: str) -> None:
-        self.store.ensure_table(table, struct(fields), [])
+        self.store.ensure_table(table, struct(fields), [], tables.STREAM_TABLE_PROPERTIES)
         if rows.num_rows:
             self.store.append(table, rows.select(column_names(fields)).cast(ddl.arrow_schema(fields)),
                               self.batch.txn)
@@ -115,7 +115,7 @@ class ViewPass:
         self.settings, self.store = settings, store
         self.computed = [view for view in views if view.in_ingest_pass]
         for view in self.computed:
-            store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.MERGED_TABLE_PROPERTIES)
+            store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
 
     @property
     def collected_topics(self) -> list[str]:

@@ -11,6 +11,7 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from include.coverage import bronze_fingerprint, mark_covered
 from include.views import VIEWS, VIEWS_BY_NAME
@@ -246,3 +247,24 @@ def test_history_and_query_as_of_a_version_or_a_time(lake):
                              text=True)
     assert unknown.returncode == 2 and "no Delta table 'speed/nope'" in unknown.stderr
     assert REVENUE.speed_table in unknown.stderr
+
+
+def test_as_of_a_time_or_version_older_than_a_tables_log_is_refused(spark, settings):
+    """A table the stream writes keeps minutes of log (here a second, cleaned at each second
+    commit's checkpoint): older versions are gone, and an answer from them would be made up."""
+    store = open_store(settings, spark)
+    store.ensure_table(REVENUE.speed_table, REVENUE.schema, ["date"],
+                       {"delta.logRetentionDuration": "interval 1 second", "delta.checkpointInterval": "2"})
+    before = datetime.now(timezone.utc)
+    time.sleep(1.5)
+    for revenue in (1.0, 2.0, 3.0, 4.0):
+        store.append(REVENUE.speed_table, spark.createDataFrame([revenue_row(D1, revenue)], REVENUE.schema))
+        time.sleep(1.1)
+    kept = [commit["version"] for commit in DeltaTable(str(settings.lakehouse_dir / REVENUE.speed_table)).history()]
+    assert max(kept) == 4 and min(kept) > 1  # versions 0 and 1 left the log
+    lambdalake = Path(sys.executable).parent / "lambdalake"
+    for as_of, says in ((before.isoformat(), "keeps versions from"), ("1", f"keeps versions {min(kept)} to 4 only")):
+        refused = subprocess.run([lambdalake, "query", "--home", settings.home, "--as-of", as_of,
+                                  "SELECT count(*) FROM revenue_by_category_5m"], capture_output=True, text=True)
+        assert refused.returncode == 2 and says in refused.stderr and "lambdalake history" in refused.stderr, refused
+    assert ServingEngine(settings, as_of=4).rows("SELECT count(*) AS n FROM revenue_by_category_5m") == [{"n": 4}]

@@ -1,6 +1,6 @@
 """A continuous stream that falls behind catches up: after an outage (files landed while it was
 stopped) and while files land faster than one per micro-batch, with real files, real Spark
-streaming and real Delta tables."""
+streaming and real Delta tables. It compacts the tables it appends to as it goes."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def land_orders(zone: LandingZone, number: int) -> int:
     return zone.write("orders", f"{number:06d}", orders).stat().st_size
 
 
-def test_a_stream_behind_its_input_catches_up(spark, settings):
+def test_a_stream_behind_its_input_catches_up_compacting_as_it_goes(spark, settings):
     zone = LandingZone(settings.landing_dir)
     outage = [land_orders(zone, number) for number in range(60)]
     for number in range(60):  # landed over the two minutes no stream ran
@@ -38,7 +38,8 @@ def test_a_stream_behind_its_input_catches_up(spark, settings):
     # A micro-batch takes at most 20 files' bytes: the outage's backlog drains in three.
     settings = settings.model_copy(update={
         "trigger_interval": timedelta(seconds=1), "bronze_trigger_interval": timedelta(seconds=5),
-        "speed_views": "revenue_by_category_5m", "max_bytes_per_trigger": 20 * max(outage)})
+        "speed_views": "revenue_by_category_5m", "max_bytes_per_trigger": 20 * max(outage),
+        "stream_compaction_interval": timedelta(seconds=5)})
     assert total(landing_backlog(settings)).files == 60
     stop, result = threading.Event(), {}
     runner = threading.Thread(target=lambda: result.update(store=run_stream(settings, stop=stop)))
@@ -81,6 +82,10 @@ def test_a_stream_behind_its_input_catches_up(spark, settings):
              .where("query = 'speed_ingest' AND topic = 'orders'").orderBy("batch_id").collect()]
     assert taken[0] <= 20 * ORDERS_PER_FILE and sum(taken[:3]) >= 50 * ORDERS_PER_FILE, taken
     assert max(taken) <= 20 * ORDERS_PER_FILE, taken
+    # Compacted while the micro-batches appended: fewer files than micro-batches, nothing lost.
+    compactions = [c for c in store.history(tables.silver("orders")) if c.operation == "OPTIMIZE"]
+    files = store.read(tables.silver("orders")).inputFiles()
+    assert compactions and len(files) < len(taken), (len(compactions), len(files), len(taken))
 
 
 def test_a_micro_batch_takes_what_waits_up_to_a_bound(tmp_path):
