@@ -344,7 +344,9 @@ def merged_partials_sql(view: ViewSpec, relation: str) -> str:
     """:func:`merged_partials` as Spark SQL over ``relation`` (a view of simple-typed merged columns)."""
     types = {field.name: field.type for field in ddl.parse(view.speed_fields)}
     merge = view.speed.partials.merge
-    items = [f"CAST({merge[name]} AS {types[name]}) AS {name}" if name in merge else name
+    # A nested type keeps what the aggregate gives (the max of a struct is that struct).
+    items = [(f"CAST({merge[name]} AS {types[name]}) AS {name}" if isinstance(types[name], str)
+              else f"{merge[name]} AS {name}") if name in merge else name
              for name in column_names(view.speed_fields)]
     return f"SELECT {', '.join(items)} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 

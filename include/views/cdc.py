@@ -10,6 +10,7 @@ from include.registry import Differences, Partials, PassStep, Speed, ViewContext
 from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 CUSTOMER_FIELDS = "customer_id string, name string, email string, segment string, country string"
@@ -18,16 +19,19 @@ SEGMENT_WINDOW = "1 hour"
 UNKNOWN_SEGMENT = "unknown"
 
 
-def customer_changes(cdc: DataFrame) -> DataFrame:
-    """One row per CDC change: the customer, its image (a delete's is the ``before`` image),
-    whether it deletes, and its sequence: ``ts_ms``, then arrival (equal ``ts_ms``: the later
-    arrival wins)."""
-    from pyspark.sql import functions as F
+def customer_changes(source: str) -> str:
+    """SQL: one row per CDC change of ``source`` (a relation with the topic's columns): the
+    customer's image (a delete's is the ``before`` image), whether it deletes, and its sequence:
+    ``ts_ms``, then arrival (equal ``ts_ms``: the later arrival wins)."""
+    return f"""
+        SELECT image.customer_id AS customer_id, image, deleted, ts_ms, arrived_at,
+               named_struct('ts_ms', ts_ms, 'arrived_at', arrived_at) AS sequence
+        FROM (SELECT CASE WHEN op = 'd' THEN before ELSE after END AS image, op = 'd' AS deleted, ts_ms, arrived_at
+              FROM {source})"""
 
-    deletes = F.col("op") == "d"
-    image = F.when(deletes, F.col("before")).otherwise(F.col("after"))
-    return cdc.select(image["customer_id"].alias("customer_id"), image.alias("image"), deletes.alias("deleted"),
-                      F.struct("ts_ms", "arrived_at").alias("sequence"))
+
+def image_columns(struct: str) -> str:
+    return ", ".join(f"{struct}.{name} AS {name}" for name in CUSTOMER_COLUMNS)
 
 
 @view(
@@ -50,24 +54,23 @@ def customer_changes(cdc: DataFrame) -> DataFrame:
         merge={**{name: f"max_by({name}, sequence)" for name in (*CUSTOMER_COLUMNS, "updated_at", "deleted", "date")},
                "sequence": "max(sequence)"},
     ), state="sequence struct<ts_ms bigint, arrived_at timestamp>"),
+    declared_in_sql=True,
 )
-def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """SCD type 1: each customer's last change by sequence; a delete leaves a hidden tombstone,
     so an older change arriving after it cannot resurrect the customer, and a newer ``c`` re-creates
     it. One grouped ``max_by`` in both layers; the stream merges each micro-batch's last changes
     into the stored ones by the same rule (one row per customer: a dimension is bounded by its
     keys, not by a watermark)."""
-    from pyspark.sql import functions as F
-
-    last = customer_changes(inputs["customers_cdc"]).groupBy("customer_id").agg(
-        F.max_by(F.struct("image", "deleted", "sequence"), "sequence").alias("last"))
-    updated_at = F.timestamp_millis(F.col("last.sequence.ts_ms"))
-    state = [] if context.exact else [F.col("last.sequence").alias("sequence")]
-    return last.select(
-        "customer_id", *[F.col(f"last.image.{name}").alias(name) for name in CUSTOMER_COLUMNS],
-        updated_at.alias("updated_at"), F.col("last.deleted").alias("deleted"), *state,
-        F.to_date(updated_at).alias("date"),
-    )
+    state = "" if context.exact else ", last.sequence AS sequence"
+    return f"""
+        WITH last AS (
+            SELECT customer_id, max_by(named_struct('image', image, 'deleted', deleted, 'sequence', sequence),
+                                       sequence) AS last
+            FROM ({customer_changes("{customers_cdc}")}) GROUP BY customer_id)
+        SELECT customer_id, {image_columns("last.image")}, timestamp_millis(last.sequence.ts_ms) AS updated_at,
+               last.deleted AS deleted{state}, to_date(timestamp_millis(last.sequence.ts_ms)) AS date
+        FROM last"""
 
 
 @view(
@@ -88,56 +91,56 @@ def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFram
     ),
     speed=Speed(mode="update", freshness_time="valid_from", refresh=DASHBOARD_REFRESH,
                 incremental=lambda step: customers_history_step(step)),
+    declared_in_sql=True,
 )
-def customers_history(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def customers_history(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """SCD type 2: a customer's changes in sequence, each valid until the next (``valid_to``
     null and ``is_current`` for the last). A delete closes the version before it and opens none
     (its row is a hidden tombstone). A change that lands after a newer one takes its place, and
     the neighbours' validity follows, because every change of the customer is re-sequenced: the
     stream re-runs this on each changed customer's stored versions and new changes
     (:func:`customers_history_step`) and merges the customer's versions again."""
-    from pyspark.sql import functions as F
-
-    changes = customer_changes(inputs["customers_cdc"]).groupBy("customer_id").agg(
-        F.array_sort(F.collect_list(F.struct("sequence", "image", "deleted"))).alias("changes"))
-    ts = lambda change: change["sequence"]["ts_ms"]  # noqa: E731
-    # Of changes with the same ts_ms only the last to arrive counts.
-    kept = F.filter("changes", lambda change, i: ts(F.try_element_at("changes", i + 2)).isNull()
-                    | (ts(F.try_element_at("changes", i + 2)) != ts(change)))
-    versions = F.transform(kept, lambda change, i: F.struct(
-        change["image"].alias("image"), change["deleted"].alias("deleted"), ts(change).alias("from_ms"),
-        ts(F.try_element_at(kept, i + 2)).alias("to_ms")))
-    rows = changes.select("customer_id", F.explode(versions).alias("v"))
-    valid_from = F.timestamp_millis("v.from_ms")
-    return rows.select(
-        "customer_id", *[F.col(f"v.image.{name}").alias(name) for name in CUSTOMER_COLUMNS],
-        valid_from.alias("valid_from"), F.timestamp_millis("v.to_ms").alias("valid_to"),
-        (F.col("v.to_ms").isNull() & ~F.col("v.deleted")).alias("is_current"), F.col("v.deleted").alias("deleted"),
-        F.to_date(valid_from).alias("date"),
-    )
+    return history_sql("{customers_cdc}")
 
 
-def customers_history_step(step: PassStep) -> DataFrame:
+def history_sql(source: str) -> str:
+    """:func:`customers_history` over the CDC changes of ``source``."""
+    return f"""
+        WITH kept AS (  -- of the changes with the same ts_ms only the last to arrive counts
+            SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY customer_id, ts_ms
+                                                         ORDER BY arrived_at DESC) AS nth
+                           FROM ({customer_changes(source)}))
+            WHERE nth = 1),
+        versions AS (
+            SELECT *, lead(ts_ms) OVER (PARTITION BY customer_id ORDER BY ts_ms) AS to_ms FROM kept)
+        SELECT customer_id, {image_columns("image")}, timestamp_millis(ts_ms) AS valid_from,
+               timestamp_millis(to_ms) AS valid_to, to_ms IS NULL AND NOT deleted AS is_current, deleted,
+               to_date(timestamp_millis(ts_ms)) AS date
+        FROM versions"""
+
+
+def customers_history_step(step: PassStep) -> pa.Table:
     """``customers_history`` kept by the ingest pass: the definition re-run on every change of the
     customers a micro-batch changes. Their earlier changes are their stored versions (one per
     change that counted), turned back into changes that arrived before any new one, so that a new
     change with a version's ``ts_ms`` takes its place, as the definition's rule says. Versions are
     only added or updated (a delete is a tombstone version), so merging the rows by key suffices."""
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     changes = step.events("customers_cdc")
     image_id = [pc.struct_field(changes[side], "customer_id") for side in ("after", "before")]
     ids = pc.unique(pc.coalesce(*image_id)).to_pylist()
     stored = step.stored(customers_history.speed_table, customers_history.fields, "true", "customer_id", ids)
-    image = F.struct("customer_id", *CUSTOMER_COLUMNS)
-    earlier = step.frame(stored, customers_history.fields).select(
-        F.when(F.col("deleted"), "d").otherwise("u").alias("op"), F.unix_millis("valid_from").alias("ts_ms"),
-        F.when(F.col("deleted"), image).alias("before"), F.when(~F.col("deleted"), image).alias("after"),
-        F.timestamp_micros(F.lit(0)).alias("arrived_at"))
-    new = step.frame(changes, f"op string, ts_ms bigint, before struct<{CUSTOMER_FIELDS}>, "
-                              f"after struct<{CUSTOMER_FIELDS}>, arrived_at timestamp")
-    return customers_history({"customers_cdc": new.unionByName(earlier)}, ViewContext(step.settings, exact=False))
+    fields = ", ".join(f"'{name}', {name}" for name in ("customer_id", *CUSTOMER_COLUMNS))
+    image = f"named_struct({fields})"
+    both = f"""
+        SELECT op, ts_ms, before, after, arrived_at FROM {{customers_cdc}}
+        UNION ALL
+        SELECT CASE WHEN deleted THEN 'd' ELSE 'u' END, unix_millis(valid_from),
+               CASE WHEN deleted THEN {image} END, CASE WHEN NOT deleted THEN {image} END,
+               timestamp_micros(0)
+        FROM {{stored}}"""
+    return step.query(history_sql(f"({both})"), {"customers_cdc": changes, "stored": stored})
 
 
 def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:

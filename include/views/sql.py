@@ -5,8 +5,9 @@ A definition that returns SQL text reads its inputs as ``{topic}`` placeholders.
 them to the input DataFrames (``spark.sql(text, topic=df)``); DuckDB reads Arrow tables of
 those names. The few Spark functions DuckDB lacks, or that sqlglot translates loosely, are
 given to it here: the DataSketches HLL functions (the ``datasketches`` package writes and reads
-Spark's sketch format, so sketches from either engine merge), ``timestamp_seconds`` and
-``unix_seconds`` (which truncates).
+Spark's sketch format, so sketches from either engine merge), ``timestamp_seconds``,
+``timestamp_millis``, ``timestamp_micros``, ``unix_seconds`` (which truncates) and ``max_by`` /
+``min_by`` (whose value may be null).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def duckdb_sql(sql: str) -> str:
     from sqlglot import exp
 
     def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.ArgMax, exp.ArgMin)):  # DuckDB's arg_max skips a null value; Spark's max_by keeps it
+            name = "arg_max_null" if isinstance(node, exp.ArgMax) else "arg_min_null"
+            return exp.Anonymous(this=name, expressions=[node.this, node.expression])
         if isinstance(node, exp.UnixSeconds):  # sqlglot's CAST(EPOCH(t) AS BIGINT) rounds; Spark truncates
             return exp.Anonymous(this="spark_unix_seconds", expressions=[node.this])
         if isinstance(node, exp.TimeToStr) and node.args["format"].this in _date_formats():
@@ -101,6 +105,8 @@ def duckdb_connection() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'; SET threads = 1")
     con.execute("CREATE MACRO timestamp_seconds(s) AS to_timestamp(s); "
+                "CREATE MACRO timestamp_millis(ms) AS make_timestamptz(ms * 1000); "
+                "CREATE MACRO timestamp_micros(us) AS make_timestamptz(us); "
                 "CREATE MACRO spark_unix_seconds(t) AS CAST(floor(epoch(t)) AS BIGINT)")
     con.create_function("hll_sketch_of", _sketches, ["VARCHAR[]", "INTEGER"], "BLOB", type="arrow")
     con.create_function("hll_union_of", _unions, ["BLOB[]", "BOOLEAN"], "BLOB", type="arrow")

@@ -24,10 +24,21 @@ ORDERS = "order_id string, user_id string, category string, amount double, event
 PAYMENTS = "payment_id string, order_id string, amount double, event_time timestamp"
 CLICKS = "event_id string, user_id string, page_url string, action string, event_time timestamp"
 SENSORS = "device_id string, temperature double, humidity double, event_time timestamp"
+IMAGE = "struct<customer_id:string,name:string,email:string,segment:string,country:string>"
+CDC = f"op string, ts_ms bigint, before {IMAGE}, after {IMAGE}, event_time timestamp, arrived_at timestamp"
 
 
 def t(hour, minute, second=0):
     return datetime(2026, 11, 20, hour, minute, second)
+
+
+def cdc_change(i):
+    customer, minute = f"C{i % 5}", (i * 7) % 4  # i and i + 20: equal ts_ms, the later arrival wins
+    op = ("c", "u", "u", "d", "u", "c")[i % 6]
+    image = (customer, f"name{i}", f"c{i}@example.com", ("gold", "silver", None)[i % 3], "DE")
+    at = t(10, minute, i % 2)
+    ts_ms = int((at - datetime(1970, 1, 1)).total_seconds() * 1000)
+    return (op, ts_ms, image if op == "d" else None, None if op == "d" else image, at, t(11, 0, i))
 
 
 @pytest.fixture
@@ -61,6 +72,8 @@ SAMPLES = {  # a few events per topic with repeated keys, windows and users
     "sensors": ([(f"D{i % 3}", 20 + (i * 7 % 13) / 4, 40.0 + i % 5, t(10, i % 11, i)) for i in range(33)], SENSORS),
     # within an hour of their order, after it, or before it; two payments for some orders
     "payments": ([(f"p{i}", f"o{i % 15}", 1.25 * i, t(9 + i % 3, i % 12, i)) for i in range(20)], PAYMENTS),
+    # changes of five customers out of order: deletes, re-creations, equal ts_ms arriving later
+    "customers_cdc": ([cdc_change(i) for i in range(30)], CDC),
 }
 
 
