@@ -108,9 +108,10 @@ class Settings(BaseSettings):
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (docs/speed-layer.md).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
-    # "duckdb": ingest writes a micro-batch and computes the pass's views declared in SQL on the
-    # driver (Arrow, DuckDB, delta-rs) instead of as Spark jobs (speed_layer/driver_pass.py).
-    pass_engine: Literal["spark", "duckdb"] = "spark"
+    # Who runs ingest's writes and the pass's views: "duckdb" on the driver (Arrow, DuckDB,
+    # delta-rs: speed_layer/driver_pass.py) or "spark" as Spark jobs. "auto": the driver on a
+    # local master, Spark on a cluster; a home keeps the engine its stream began with.
+    pass_engine: Literal["auto", "spark", "duckdb"] = "auto"
     # How often the stream compacts the small files of the tables it appends to (0: never; the
     # daily maintenance does all tables): speed_layer/compaction.py.
     stream_compaction_interval: timedelta = Field(default=timedelta(minutes=10), ge=timedelta(0))
@@ -240,6 +241,14 @@ class Settings(BaseSettings):
         if home.exists() and not home.is_dir():
             raise ValueError(f"home must be a directory, got file '{home}'")
         return home
+
+    @property
+    def pass_on_driver(self) -> bool:
+        """The pass engine is DuckDB on the driver (``auto``: on a local master, where a Spark
+        job's fixed cost is most of a micro-batch's work; on a cluster the executors hold it)."""
+        if self.pass_engine == "auto":
+            return self.spark_master.startswith("local")
+        return self.pass_engine == "duckdb"
 
     @property
     def landing_dir(self) -> Path:

@@ -115,7 +115,7 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
     """Every topic's lines parsed, as one stream, first copies only (rejected lines all pass).
     With the pass on the driver the stream keeps every copy, and the driver drops copies
     (:mod:`speed_layer.dedup`): the query keeps no state."""
-    on_driver = settings.pass_engine == "duckdb"
+    on_driver = settings.pass_on_driver
     parts = []
     columns = tuple(dict.fromkeys([*raw, *FEED_TOPICS]))  # a record column per topic, even unread ones
     for topic, stream in raw.items():
@@ -157,7 +157,7 @@ class IngestBatch:
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
         views = speed_views(settings)
-        on_driver = settings.pass_engine == "duckdb"  # speed_layer/driver_pass.py
+        on_driver = settings.pass_on_driver  # speed_layer/driver_pass.py
         self.view_pass = ViewPass(settings, store, views)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])

@@ -69,17 +69,20 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
 
 def writes_bronze_in_ingest(settings: Settings) -> bool:
     """With the pass on the driver, ingest has every line of its micro-batch there already."""
-    return settings.pass_engine == "duckdb"
+    return settings.pass_on_driver
 
 
-def check_pass_engine(settings: Settings) -> None:
-    """Refuse to go on with the other pass engine than the one the ingest query's checkpoint began
-    with: the Spark pass keeps the dedup in Spark's state store (a ``state`` folder), the driver
-    pass keeps none, and Spark cannot restart a query whose stateful operators changed."""
+def keep_pass_engine(settings: Settings) -> Settings:
+    """``settings`` with the pass engine the ingest query's checkpoint began with (``auto`` keeps
+    it); another one named is refused: the Spark pass keeps the dedup in Spark's state store (a
+    ``state`` folder), the driver pass keeps none, and Spark cannot restart a query whose
+    stateful operators changed."""
     checkpoint = settings.checkpoints_dir / ingest.QUERY
     if not any((checkpoint / "commits").glob("[0-9]*")):
-        return  # a new home, or nothing committed yet
+        return settings  # a new home, or nothing committed yet
     began = "spark" if (checkpoint / "state").is_dir() else "duckdb"
+    if settings.pass_engine == "auto":
+        return settings.model_copy(update={"pass_engine": began})
     if began != settings.pass_engine:
         raise ConfigError(
             f"invalid setting LAMBDALAKE_PASS_ENGINE={settings.pass_engine}: the stream of {settings.home} began "
@@ -235,7 +238,7 @@ def run_stream(
     """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`.
     ``on_started`` gets the run's own Spark session (its ``streams`` are the queries) before they
     start. ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
-    check_pass_engine(settings)
+    settings = keep_pass_engine(settings)
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -87,7 +87,7 @@ class Step:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
 
     def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-        if self.settings.pass_engine == "duckdb":
+        if self.settings.pass_on_driver:
             from include.views.sql import duckdb_rows
 
             return duckdb_rows(sql, tables)
@@ -120,7 +120,7 @@ class ViewPass:
     @property
     def collected_topics(self) -> list[str]:
         """The topics the incremental views (and, on DuckDB, the views it computes) read on the driver."""
-        on_driver = self.settings.pass_engine == "duckdb"
+        on_driver = self.settings.pass_on_driver
         return list(dict.fromkeys(topic for view in self.computed
                                   if view.speed.incremental
                                   or (on_driver and view.declared_in_sql)
@@ -134,7 +134,7 @@ class ViewPass:
         for view in self.computed:
             if not batch.fed.intersection(view.inputs):
                 continue
-            on_driver = self.settings.pass_engine == "duckdb"
+            on_driver = self.settings.pass_on_driver
             if on_driver and view.speed.partials and view.declared_in_sql:
                 writes[view.speed_table] = partial(self._add_partials_on_driver, view, step)
             elif view.speed.incremental:

@@ -31,6 +31,7 @@ from speed_layer.runner import (
     CACHE_COMPRESSED,
     NO_DATA_BATCHES,
     SHUFFLE_PARTITIONS,
+    keep_pass_engine,
     query_trigger_intervals,
     run_stream,
     stream_shuffle_partitions,
@@ -97,9 +98,16 @@ def test_another_pass_engine_on_a_home_is_refused_before_spark_starts(settings, 
     assert main(["stream", "--home", str(settings.home)]) == 2
     assert f"LAMBDALAKE_PASS_ENGINE={now}: the stream of {settings.home} began with LAMBDALAKE_PASS_ENGINE={began}" \
         in capsys.readouterr().err
+    # Left to choose (`auto`: the driver on a local master, Spark on a cluster), it keeps the home's.
+    for master in ("local[2]", "spark://master:7077"):
+        chosen = settings.model_copy(update={"pass_engine": "auto", "spark_master": master})
+        assert chosen.pass_on_driver == (master == "local[2]")
+        assert keep_pass_engine(chosen).pass_on_driver == (began == "duckdb")
 
 
 def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(settings):
+    settings = settings.model_copy(update={"pass_engine": "spark"})  # a Bronze query of its own
+
     def bronze_interval(**update):
         return query_trigger_intervals(settings.model_copy(update=update))["speed_bronze"]
 
