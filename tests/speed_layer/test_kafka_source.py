@@ -127,7 +127,7 @@ def test_kafka_stream_is_exactly_once_through_kill_9_broker_restart_and_poison(s
     victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               start_new_session=True)
     try:
-        wait_for(lambda: (behind(settings, "speed_bronze") and (ingest_checkpoint / "offsets" / "0").exists())
+        wait_for(lambda: (behind(settings) and (ingest_checkpoint / "offsets" / "0").exists())
                  or victim.poll() is not None, 600,
                  "the stream's first micro-batch, and the backlog in its heartbeat")
         assert victim.poll() is None, (settings.run_dir / "spark.log").read_text()[-3000:]
