@@ -123,9 +123,14 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     assert set(query_trigger_intervals(on_driver)) == {"speed_ingest", "speed_revenue_by_segment_1h"}
 
 
-@pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
-def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, rows_per_task):
-    monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
+@pytest.mark.parametrize(("pass_engine", "rows_per_task"),
+                         [("spark", ingest.ROWS_PER_WRITE_TASK), ("spark", 1), ("duckdb", None)],
+                         ids=["Spark, one task", "Spark, a task per core", "the driver"])
+def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, pass_engine,
+                                                               rows_per_task):
+    settings = settings.model_copy(update={"pass_engine": pass_engine})
+    if rows_per_task:
+        monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
     lines = {"orders": [order(f"o{i}", i) for i in range(6)],
              "payments": [payment("p1", "o1", 2), payment("p2", "o4", 9)]}
     for topic, rows in lines.items():
@@ -141,7 +146,7 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
         assert [file.name for file in files] == ["000000000000.parquet"]
         fed = spark.read.parquet(str(files[0])).select(f"{ingest.record_column(topic)}.*").collect()
         assert sorted(row[0] for row in fed) == sorted(line[f"{topic[:-1]}_id"] for line in rows)
-    assert not any((settings.feeds_dir / "_staging").iterdir())
+    assert not any((settings.feeds_dir / "_staging").glob("*"))  # the Spark pass's
 
 
 def test_a_log_file_a_killed_run_left_half_written_does_not_stop_the_restart(spark, settings, land):
