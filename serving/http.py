@@ -47,6 +47,7 @@ REFRESH_SECONDS = 0.25
 log = logging.getLogger("lambdalake.serve")
 # A query's SQL: far more than any written or generated query needs, and a bound on what a body costs.
 MAX_BODY_BYTES = 1024 * 1024
+DRAINED_BODY_BYTES = 8 * MAX_BODY_BYTES  # read before a 413 (see _read_body); larger ones are cut off
 # Beyond the running ones, queries that may wait for a slot on a thread; later ones wait without one.
 QUERIES_WAITING_ON_THREADS = 32
 TRUNCATED_HEADER = "X-Lambdalake-Truncated"
@@ -144,16 +145,20 @@ class CountRequests:
 
 
 async def _read_body(request: Request) -> bytes | None:
-    """The request's body, or None past MAX_BODY_BYTES (declared or sent)."""
+    """The request's body, or None past MAX_BODY_BYTES (declared or sent). A body a little over
+    is still read (and dropped) before the 413: answered and closed while it still sends, a
+    client gets a broken pipe or a reset instead of the answer."""
     declared = request.headers.get("content-length", "")
-    if declared and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+    if declared and (not declared.isdigit() or int(declared) > DRAINED_BODY_BYTES):
         return None
-    body = bytearray()
+    body, read = bytearray(), 0
     async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
+        read += len(chunk)
+        if read > DRAINED_BODY_BYTES:
             return None
-    return bytes(body)
+        if read <= MAX_BODY_BYTES:
+            body += chunk
+    return bytes(body) if read <= MAX_BODY_BYTES else None
 
 
 def _sql_of(body: bytes) -> str | None:
