@@ -132,11 +132,16 @@ def torn_checkpoint_logs(checkpoints_dir: Path) -> list[Path]:
     fail as it starts (Spark names the file for some and only the JSON error for others)."""
     torn = []
     for query in sorted(path for path in checkpoints_dir.glob("*") if path.is_dir()):
-        logs = [query / name for name in CHECKPOINT_LOGS] + sorted((query / "sources").glob("*"))
-        for log in (_batches(folder) for folder in logs):
+        for log in _logs(query):
             if log and not log_file_intact(newest := log[max(log)]):
                 torn.append(newest)
     return torn
+
+
+def _logs(query: Path) -> list[dict[int, Path]]:
+    """A checkpoint's metadata logs by batch: offsets, commits, then each source's."""
+    sources = sorted(folder for folder in (query / "sources").glob("*") if folder.is_dir())
+    return [_batches(folder) for folder in [*(query / name for name in CHECKPOINT_LOGS), *sources]]
 
 
 def _batches(folder: Path) -> dict[int, Path]:
@@ -145,8 +150,7 @@ def _batches(folder: Path) -> dict[int, Path]:
 
 def _checkpoint_findings(query: Path, settings: Settings, tables: list[str], now: float) -> list[Finding]:
     findings = []
-    offsets, commits = (_batches(query / name) for name in CHECKPOINT_LOGS)
-    sources = [_batches(folder) for folder in sorted((query / "sources").glob("*")) if folder.is_dir()]
+    offsets, commits, *sources = _logs(query)
     planned = max((n for n, path in offsets.items() if log_file_intact(path)), default=-1)
     for log in (offsets, commits, *sources):
         newest = max(log, default=None)
