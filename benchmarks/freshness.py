@@ -59,7 +59,13 @@ first answer of ``lambdalake serve`` that shows its events.
    or beyond it (RocksDB state, metadata, Python workers): with ``--seconds 1200`` this is the
    20-minute memory run (state bounded by the watermark keeps it flat). Afterwards the report
    gives each query's state rows (first / last tenth of its micro-batches), to tell state still
-   filling its window from growth without bound.
+   filling its window from growth without bound. With ``--seconds 1800`` or more it also compares
+   the p50 of the last 10 minutes with minutes 3-10, and the RSS of the last 10 minutes with
+   minutes 10-20 (the 30-minute stability run).
+
+7. Where the stream's CPU goes: per thread of its processes (``/proc/<pid>/task``), grouped by
+   thread name (the JVM's JIT compiler, collector, stream-execution and task threads; delta-rs'
+   runtime and the rest of the Python process), over the first phase.
 
 Writes a Markdown report to ``--report`` (default ``benchmarks/results/freshness.md``,
 overwritten). Ctrl-C during a run stops its landing and reports what was measured until then.
@@ -400,6 +406,40 @@ def tree_ticks(pid: int | None) -> dict[int, int]:
     return ticks
 
 
+# Thread groups of the stream's processes, by thread name (Linux ``comm``, 15 characters) and
+# process: where its CPU goes.
+THREAD_GROUPS = (
+    ("JVM: JIT compiler", "java", re.compile(r"^C[12] CompilerThre")),
+    ("JVM: garbage collector", "java", re.compile(r"^(GC Thread|G1 |VM Thread)")),
+    ("JVM: micro-batch planning and commits (stream execution)", "java", re.compile(r"^stream executio")),
+    ("JVM: Spark tasks", "java", re.compile(r"^Executor task")),
+    ("JVM: other threads", "java", re.compile("")),
+    ("Python: delta-rs (tokio)", "", re.compile(r"^tokio-runtime-w|^tokio-rt-worker")),
+    ("Python: interpreter, DuckDB, pyarrow", "", re.compile("")),
+)
+
+
+def tree_thread_ticks(pid: int | None) -> dict[tuple[int, int], tuple[str, int]]:
+    """Per thread of ``pid``'s tree: its group (:data:`THREAD_GROUPS`) and CPU clock ticks so far."""
+    found = {}
+    for member in tree(pid):
+        try:
+            java = b"java" in Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")[0]
+            threads = list(Path(f"/proc/{member}/task").iterdir())
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                stat = (thread / "stat").read_text()
+            except OSError:
+                continue
+            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+            group = next(label for label, process, pattern in THREAD_GROUPS
+                         if (process == "java") == java and pattern.search(name))
+            found[(member, int(thread.name))] = (group, int(fields[11]) + int(fields[12]))
+    return found
+
+
 def jvm_heap_mb(pid: int) -> tuple[float, float] | None:
     """(used, committed) heap of the JVM under ``pid``, MB (``jcmd GC.heap_info``), or None."""
     for child in children_of().get(pid, []):
@@ -442,11 +482,21 @@ class Mark:
     stream: dict[int, int]
     server: dict[int, int]
     client: float
+    threads: dict[tuple[int, int], tuple[str, int]]  # the stream's, by group
 
 
 def mark(stream: Service, server: Service | None) -> Mark:
     return Mark(time.monotonic(), tree_ticks(stream.pid), tree_ticks(server.pid if server else None),
-                time.process_time())
+                time.process_time(), tree_thread_ticks(stream.pid))
+
+
+def thread_cores(start: Mark, end: Mark) -> dict[str, float]:
+    """The stream's cores between two marks per thread group (threads gone by ``end`` left out)."""
+    seconds, tick, used = end.at - start.at, os.sysconf("SC_CLK_TCK"), {}
+    for thread, (group, ticks) in end.threads.items():
+        before = start.threads.get(thread, (group, 0))[1]
+        used[group] = used.get(group, 0.0) + max(0, ticks - before) / tick / seconds
+    return used
 
 
 def cores(start: Mark, end: Mark) -> tuple[float, float, float]:
@@ -829,6 +879,18 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
             stream, server, client_cores = cores(start, end)
             lines.append(f"| {label(run)} | {phase} | {end.at - start.at:.0f} | {stream:.2f} | "
                          f"{f'{server:.2f}' if args.client == 'http' else '-'} | {client_cores:.2f} |")
+    lines += ["", "Where the stream's CPU goes, in cores per thread group over the first phase above (threads "
+              "by name: the JVM's JIT compiler threads, its collector, the queries' stream-execution threads that "
+              "plan each micro-batch and commit its offsets, Spark's task threads; delta-rs' Rust runtime in the "
+              "Python process; the rest of the Python process: the interpreter's threads, DuckDB, pyarrow):", "",
+              "| speed views | " + " | ".join(label for label, _, _ in THREAD_GROUPS) + " |",
+              "|---" + "|---:" * len(THREAD_GROUPS) + "|"]
+    for run in runs:
+        if len(run["marks"]) > 1:
+            (_, start), (_, end) = run["marks"][:2]
+            used = thread_cores(start, end)
+            cells = " | ".join(f"{used.get(group, 0.0):.2f}" for group, _, _ in THREAD_GROUPS)
+            lines.append(f"| {label(run)} | {cells} |")
     if args.outage:
         lines += ["", f"Catch-up after the outage, in seconds from the restart. Backlog drained: until the last file "
                   f"landed during the outage was visible. Catch-up: to the rename of the first of {CAUGHT_UP_FILES} "
@@ -890,6 +952,26 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
         kept = ", ".join(f"`{query}` {first:,.0f} / {last:,.0f}"
                          for query, (first, last) in state_ends(run, args.warmup).items() if last or first)
         lines.append(f"- {label(run)}: {kept}.")
+    if args.seconds >= 30 * 60:
+        lines += ["", "Stability over the 30 minutes (the landing's minutes; freshness by the files landed in them, "
+                  "RSS of the stream's tree by the samples taken in them):", "",
+                  "| speed views | view | p50 s, minutes 3-10 | p50 s, last 10 minutes | ratio | RSS MB, minutes "
+                  "10-20 | RSS MB, last 10 minutes | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+        last = args.seconds - 600
+        for run in runs:
+            rss = {window: [mb for at, mb, _ in run["memory"] if window[0] <= at < window[1]]
+                   for window in ((600, 1200), (last, args.seconds))}
+            before, after = (sum(values) / len(values) if values else None for values in rss.values())
+            memory = (f"{before:,.0f} | {after:,.0f} | {after / before:.2f}x" if before and after else "- | - | -")
+            for view in run["seen"]:
+                early = delays(run, view, [number for number in run["renamed"] if 180 <= number < 600])
+                late = delays(run, view, [number for number in run["renamed"] if number >= last])
+                if early and late:
+                    p50s = f"{percentile(early, 0.5):.1f} | {percentile(late, 0.5):.1f} | " \
+                           f"{percentile(late, 0.5) / percentile(early, 0.5):.2f}x"
+                else:
+                    p50s = "- | - | -"
+                lines.append(f"| {label(run)} | `{view}` | {p50s} | {memory} |")
     for run in runs:
         lines += ["", f"Over time, {label(run)} (means per tenth of the run after the warm-up; the view's delay by the "
                   "files landed in that tenth):", "", *over_time(run, args)]

@@ -125,7 +125,8 @@ class LakehouseStore(ABC):
         self.root = Path(root)
         self.commit_retries = commit_retries
         self.backoff_seconds = backoff_seconds
-        self._handles = threading.local()
+        self._tables: dict[str, DeltaTable] = {}  # see _latest
+        self._tables_lock = threading.Lock()
 
     @property
     def spark(self) -> SparkSession:
@@ -142,15 +143,23 @@ class LakehouseStore(ABC):
         return str(self.root / name)
 
     def exists(self, name: str) -> bool:
-        return DeltaTable.is_deltatable(self.path(name))
+        return self._is_table(self.path(name))
+
+    def _is_table(self, path: str) -> bool:
+        """Whether a Delta table is at ``path`` (an open one is: tables are never removed while
+        the store runs, and the check lists the log's folder)."""
+        return path in self._tables or DeltaTable.is_deltatable(path)
 
     def _latest(self, path: str, refresh: bool = True) -> DeltaTable:
-        """The table at its latest version. Opening a table replays its log (10+ ms) and a live
-        stream asks dozens of times per micro-batch, so handles stay open and only read the log's
-        new commits. One set per thread: a handle is one writer's snapshot. ``refresh=False``:
+        """The table at its latest version. Opening a table replays its log (10+ ms) and so does
+        bringing a handle up to date over a few commits, while a live stream asks dozens of times
+        per micro-batch from several threads. So one handle per table stays open, shared by the
+        threads: it follows this process's own commits as they are made, and a refresh only reads
+        other processes' commits (delta-rs locks a handle per call; each operation builds on the
+        snapshot it took, and a commit on a stale one is checked for conflicts). ``refresh=False``:
         for the schema and partition columns only (tables here never change them)."""
-        handles: dict[str, DeltaTable] = self._handles.__dict__.setdefault("tables", {})
-        table = handles.get(path)
+        with self._tables_lock:
+            table = self._tables.get(path)
         if table is not None and not refresh:
             return table
         if table is not None:
@@ -159,12 +168,14 @@ class LakehouseStore(ABC):
                 return table
             except Exception as error:  # noqa: BLE001 - e.g. the log was cleaned up: open afresh
                 log.info("reopening table %s: %s", path, error)
-        handles[path] = table = DeltaTable(path)
+        table = DeltaTable(path)
+        with self._tables_lock:
+            self._tables[path] = table
         return table
 
     def _require(self, name: str) -> str:
         path = self.path(name)
-        if not DeltaTable.is_deltatable(path):
+        if not self._is_table(path):
             raise TableNotFound(f"table '{name}' does not exist at {path}")
         return path
 

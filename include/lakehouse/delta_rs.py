@@ -87,7 +87,7 @@ class DeltaRsStore(LakehouseStore):
     def _prepare_append(self, path: str, df: DataFrame | pa.Table) -> pa.Table | StagedFiles:
         """Arrow rows as they are; a Spark DataFrame is written by the executors, so a micro-batch
         never passes through the driver (which then commits just the file list)."""
-        if isinstance(df, pa.Table) or not DeltaTable.is_deltatable(path):
+        if isinstance(df, pa.Table) or not self._is_table(path):
             return self._prepare(path, df)
         return self._stage(path, df)
 
@@ -157,7 +157,7 @@ class DeltaRsStore(LakehouseStore):
         return StagedFiles(actions, pa.schema(table.schema().to_arrow()), table.metadata().partition_columns)
 
     def _conform(self, path: str, data: pa.Table) -> pa.Table:
-        if not DeltaTable.is_deltatable(path):
+        if not self._is_table(path):
             return data.cast(pa.schema([field.with_nullable(True) for field in data.schema]))
         target = pa.schema(self._latest(path, refresh=False).schema().to_arrow())
         check_columns(path, target.names, data.schema.names)
@@ -189,7 +189,7 @@ class DeltaRsStore(LakehouseStore):
                 )
             return
         write_deltalake(
-            self._open(path) if DeltaTable.is_deltatable(path) else path, data, mode="append",
+            self._open(path) if self._is_table(path) else path, data, mode="append",
             commit_properties=_commit_properties(txn),
         )
 
