@@ -4,6 +4,7 @@ files its file sources planned, by batch (what a replay of an uncommitted batch 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -11,6 +12,13 @@ from urllib.parse import unquote, urlparse
 def committed_batch(query: Path) -> int:
     """The newest batch ``commits/`` records, -1 before the first."""
     return max((int(path.name) for path in (query / "commits").glob("*") if path.name.isdigit()), default=-1)
+
+
+def batch_time(query: Path, batch_id: int) -> datetime:
+    """The time Spark gave micro-batch ``batch_id`` (its ``current_timestamp()``), from the batch's
+    entry in the offset log (``offsets/N``: a version line, then its metadata): a replay reads the same."""
+    lines = (query / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
+    return datetime.fromtimestamp(json.loads(lines[1])["batchTimestampMs"] / 1000, timezone.utc)
 
 
 def file_source_reads(query: Path) -> dict[Path, int]:
@@ -37,4 +45,4 @@ def file_source_entries(query: Path) -> dict[Path, tuple[int, int]]:
     return reads
 
 
-__all__ = ["committed_batch", "file_source_entries", "file_source_reads"]
+__all__ = ["batch_time", "committed_batch", "file_source_entries", "file_source_reads"]

@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from include import tables
+from include.checkpoints import batch_time
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.parsing import bronze_event_date, parse_topic, with_reason
@@ -136,6 +137,8 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
     events = parts[0]
     for part in parts[1:]:
         events = events.unionByName(part)
+    if on_driver:  # the micro-batch's time is joined in foreachBatch (IngestBatch.__call__)
+        return events
     # current_timestamp() is the micro-batch's time, recorded in the offset log: a replay sees
     # the same value. A rejected line gets a key of its own, so none is taken for a duplicate.
     events = events.withColumns(
@@ -144,7 +147,7 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
             "copy_key": F.coalesce(F.col("event_id"), F.concat(F.lit("rejected|"), F.expr("uuid()"))),
         }
     )
-    return events if on_driver else first_copies(events, ["topic", "copy_key"], settings.dedup_window)
+    return first_copies(events, ["topic", "copy_key"], settings.dedup_window)
 
 
 def _instant(micros: int | None) -> datetime | None:
@@ -199,15 +202,18 @@ class IngestBatch:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         watermarks = self.watermarks(batch_id)
         valid = ~F.col("rejected")
-        values = pa.table({
+        values = {
             "topic": pa.array(self.topics, pa.string()),
             "batch_id": pa.array([batch_id] * len(self.topics), pa.int64()),
             "watermark_at_arrival": pa.array([watermarks[topic] for topic in self.topics], pa.timestamp("us", "UTC")),
-        })
-        batch = with_batch_values(batch, values, on="topic")
+        }
+        on_driver = self.seen is not None
+        if on_driver:  # Spark's current_timestamp() would compile the query's code anew each micro-batch
+            at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
+            values["ingested_at"] = pa.array([at] * len(self.topics), pa.timestamp("us", "UTC"))
+        batch = with_batch_values(batch, pa.table(values), on="topic")
         late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
         batch = batch.withColumn("is_late", late)
-        on_driver = self.seen is not None
         if not on_driver:  # its writes each read it; on the driver only the (rare) DLQ reads it again
             batch = batch.persist()
         started = time.perf_counter()
