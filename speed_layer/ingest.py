@@ -155,7 +155,8 @@ def _instant(micros: int | None) -> datetime | None:
 
 
 class IngestBatch:
-    """The ``foreachBatch`` function of the ingest query."""
+    """The ``foreachBatch`` function of the ingest query, whose checkpoint is
+    ``checkpoints/speed_ingest`` (on the driver pass it reads each micro-batch's time there)."""
 
     def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
         self.settings, self.store, self.topics = settings, store, topics
@@ -221,6 +222,7 @@ class IngestBatch:
             arrow = raw = None
             if on_driver:  # the micro-batch on the driver, in one Spark job
                 raw = batch.toArrow()
+                self._timings = {"read, parse": time.perf_counter() - started}
                 arrow = self.seen.first_copies(raw, batch_id).drop_columns(["value", "bronze_date"])
                 counts = driver_pass.counts(arrow)
                 for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
@@ -235,7 +237,10 @@ class IngestBatch:
                 ).collect()
                 counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                           for row in summary}
-            self._timings = {"read, parse, dedup": time.perf_counter() - started}
+            done = time.perf_counter() - started
+            self._timings = ({"read, parse": self._timings["read, parse"],
+                              "dedup": done - self._timings["read, parse"]} if on_driver
+                             else {"read, parse, dedup": done})
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)

@@ -138,7 +138,7 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
     raw = landing_source(spark, settings, tuple(lines))
     writer = ingest.IngestBatch(settings, open_store(settings, spark), tuple(raw))
     query = (ingest.parsed_events(raw, settings).writeStream.foreachBatch(writer).trigger(availableNow=True)
-             .option("checkpointLocation", str(settings.checkpoints_dir / "ingest_only")).start())
+             .option("checkpointLocation", str(settings.checkpoints_dir / ingest.QUERY)).start())
     query.awaitTermination()
     assert not (settings.feeds_dir / "payments").exists()  # only order_payments reads it, and ingest computes that
     for topic, rows in list(lines.items())[:1]:
