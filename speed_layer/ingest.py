@@ -185,7 +185,7 @@ class IngestBatch:
                              "a step cannot read its events again as recent on-time events")
         # The dedup's state, on the driver with the pass (else in Spark's state store).
         self.seen = SeenEvents(store, topics, settings.dedup_window) if on_driver else None
-        # Kept across micro-batches: the store keeps its open tables per thread.
+        # One pool for every micro-batch: its writes run in parallel.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
 
     def watermarks(self, batch_id: int) -> dict[str, datetime | None]:
@@ -222,7 +222,7 @@ class IngestBatch:
             arrow = raw = None
             if on_driver:  # the micro-batch on the driver, in one Spark job
                 raw = batch.toArrow()
-                self._timings = {"read, parse": time.perf_counter() - started}
+                parsed = time.perf_counter()
                 arrow = self.seen.first_copies(raw, batch_id).drop_columns(["value", "bronze_date"])
                 counts = driver_pass.counts(arrow)
                 for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
@@ -237,10 +237,8 @@ class IngestBatch:
                 ).collect()
                 counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                           for row in summary}
-            done = time.perf_counter() - started
-            self._timings = ({"read, parse": self._timings["read, parse"],
-                              "dedup": done - self._timings["read, parse"]} if on_driver
-                             else {"read, parse, dedup": done})
+            self._timings = ({"read, parse": parsed - started, "dedup": time.perf_counter() - parsed} if on_driver
+                             else {"read, parse, dedup": time.perf_counter() - started})
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
