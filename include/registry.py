@@ -110,6 +110,20 @@ class Partials:
     merged: Literal["write", "read"] = "write"
 
 
+@dataclass(frozen=True)
+class Lookback:
+    """A look-back an ``incremental`` step needs statistics of: for each on-time event of
+    ``topic``, the count, sum and sum of squares of ``value`` over the same ``entity``'s on-time
+    events in ``[event_time - span, event_time)`` (the window ``PARTITION BY entity ORDER BY
+    unix_micros(event_time) RANGE BETWEEN span PRECEDING AND 1 PRECEDING``). The ingest pass keeps
+    them as running sums (:meth:`PassStep.lookback`) instead of re-reading the span every micro-batch."""
+
+    topic: str
+    entity: str
+    value: str  # Spark SQL of an exact integer of the event (a DECIMAL(38,0)), as the definition writes it
+    span: timedelta
+
+
 def sql_time(instant: datetime) -> str:
     """A UTC instant as a SQL timestamp both engines and DataFusion read."""
     return f"CAST('{instant.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}' AS TIMESTAMP)"
@@ -137,6 +151,11 @@ class PassStep(Protocol):
     def recent(self, topic: str) -> pa.Table:
         """The topic's on-time events of earlier micro-batches within the view's ``Speed.recent``
         before the watermark (the columns of :meth:`events`, ``ingested_at`` included)."""
+
+    def lookback(self, lookback: Lookback) -> pa.Table:
+        """The micro-batch's events of the look-back's topic (the columns of :meth:`events`) with
+        ``lookback_count``, ``lookback_sum`` and ``lookback_squares`` (DECIMAL(38,0)), in the order
+        the pass's engine gives them."""
 
     def frame(self, rows: pa.Table, fields: str) -> DataFrame:
         """Arrow rows as a Spark DataFrame of ``fields``."""
@@ -179,6 +198,8 @@ class Speed:
     # Per topic, how far before the watermark an ``incremental`` step reads the on-time events of
     # earlier micro-batches again (:meth:`PassStep.recent`; the ingest pass keeps them in memory).
     recent: Mapping[str, timedelta] = field(default_factory=dict)
+    # The look-back whose statistics an ``incremental`` step reads (:meth:`PassStep.lookback`).
+    lookback: Lookback | None = None
     # Columns only the speed table keeps, not served (``"name type, …"``): what partial rows merge
     # (a distinct-count sketch, exact sums behind a mean), which the definition gives when
     # ``context.exact`` is False, or what an ``incremental`` step reads back (a session's pages).

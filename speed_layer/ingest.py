@@ -178,10 +178,12 @@ class IngestBatch:
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
         self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
-        # The on-time events the pass's steps read again (alerts' look-back), in memory.
+        # The on-time events the pass's steps read again (alerts' look-back, open windows), in memory.
         self.recent = RecentEvents(store, horizons(self.view_pass.computed))
-        if set(self.recent.horizons) & set(STATE_TOPICS):  # those topics' view events include late ones
-            raise ValueError(f"a dimension reads {sorted(set(self.recent.horizons) & set(STATE_TOPICS))}: "
+        again = set(self.recent.horizons) | {view.speed.lookback.topic for view in self.view_pass.computed
+                                             if view.speed.lookback}
+        if again & set(STATE_TOPICS):  # those topics' view events include late ones
+            raise ValueError(f"a dimension reads {sorted(again & set(STATE_TOPICS))}: "
                              "a step cannot read its events again as recent on-time events")
         # The dedup's state, on the driver with the pass (else in Spark's state store).
         self.seen = SeenEvents(store, topics, settings.dedup_window) if on_driver else None
@@ -314,6 +316,8 @@ class IngestBatch:
             events=((lambda topic: batch.sparkSession.createDataFrame(collect([topic])[topic])) if on_driver
                     else (lambda topic: view_events(batch, topic))),
             collect=collect, recent=lambda topic: recent()[topic],
+            lookback=lambda lookback, events, query: self.recent.moments(
+                lookback, batch_id, watermarks.get(lookback.topic), events, query),
             watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
         writes |= self.view_pass.writes(micro_batch)
         running = [self._writers.submit(self._timed, name, write) for name, write in writes.items()]

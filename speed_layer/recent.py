@@ -1,5 +1,6 @@
-"""The on-time events of recent micro-batches that the pass's steps read again (``Speed.recent``:
-the readings an anomaly looks back at, the orders of a window still open), kept on the driver.
+"""The on-time events of recent micro-batches that the pass's steps read again, kept on the
+driver: as events (``Speed.recent``: the orders of a window still open) or as running moments of
+a look-back (``Speed.lookback``: the readings an anomaly looks back at, :mod:`speed_layer.moments`).
 
 What a step reads before micro-batch N is a rule on Silver: the topic's rows of batches below N,
 not late, with an event time after N's watermark minus the topic's horizon. The memory holds what
@@ -10,14 +11,22 @@ Spark's state was: by the horizon plus the watermark delay of event time.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from include import tables
 from include.lakehouse import LakehouseStore
-from include.registry import ViewSpec, sql_time
+from include.registry import Lookback, ViewSpec, sql_time
+from speed_layer.moments import Moments
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# A query on Arrow tables named by ``{name}`` placeholders, run by the pass's engine (PassStep.query).
+Query = Callable[[str, Mapping[str, pa.Table]], pa.Table]
 
 
 def horizons(views: list[ViewSpec]) -> dict[str, timedelta]:
@@ -36,6 +45,7 @@ class RecentEvents:
         self.store, self.horizons = store, horizons
         self._kept: dict[str, list[pa.Table]] = {topic: [] for topic in horizons}
         self._through: int | None = None  # the last micro-batch they include
+        self._moments: dict[Lookback, tuple[Moments, int]] = {}  # and the last micro-batch each includes
 
     def before(self, batch_id: int, watermarks: dict[str, datetime | None], columns: dict[str, pa.Schema]
                ) -> dict[str, pa.Table]:
@@ -62,16 +72,54 @@ class RecentEvents:
                 self._kept[topic].append(events[topic])
         self._through = batch_id
 
+    def moments(self, lookback: Lookback, batch_id: int, watermark: datetime | None, events: pa.Table,
+                query: Query) -> pa.Table:
+        """``events`` (micro-batch ``batch_id``'s on-time events of the look-back's topic) with
+        ``lookback_count``, ``lookback_sum`` and ``lookback_squares`` (DECIMAL(38,0)) over the
+        same entity's on-time events of this and earlier micro-batches within the look-back's span."""
+        kept, through = self._moments.pop(lookback, (None, None))
+        if through != batch_id - 1:  # a new process, or a replay: read back from Silver
+            kept = Moments(lookback.span // timedelta(microseconds=1))
+            earlier = self._read_back_topic(lookback.topic, batch_id, watermark, lookback.span, events.schema.names)
+            if earlier is not None and earlier.num_rows:
+                kept.add(*_valued(lookback, earlier.select(events.schema.names).cast(events.schema), query)[1:])
+        if watermark is not None:  # no later on-time event looks back before the watermark's span
+            kept.forget((watermark - lookback.span - EPOCH) // timedelta(microseconds=1))
+        events, *fresh = _valued(lookback, events, query)
+        kept.add(*fresh)
+        count, total, squares = kept.window(*fresh[:2])
+        self._moments[lookback] = (kept, batch_id)
+        decimal = pa.decimal128(38, 0)
+        for name, column in (("lookback_count", count), ("lookback_sum", total), ("lookback_squares", squares)):
+            column = pa.array(column.tolist(), decimal) if column.dtype == object else pa.array(column).cast(decimal)
+            events = events.append_column(name, column)
+        return events
+
     def _read_back(self, batch_id: int, watermarks: dict[str, datetime | None], columns: dict[str, pa.Schema]
                    ) -> None:
         for topic, horizon in self.horizons.items():
-            watermark, table = watermarks.get(topic), tables.silver(topic)
-            self._kept[topic] = []
-            if watermark is None or not self.store.exists(table):  # no earlier batch had the topic
-                continue
-            where = (f"batch_id < {batch_id} AND NOT is_late AND event_time > {sql_time(watermark - horizon)}")
-            self._kept[topic] = [self.store.select_arrow(table, columns[topic].names, where)]
+            rows = self._read_back_topic(topic, batch_id, watermarks.get(topic), horizon, columns[topic].names)
+            self._kept[topic] = [] if rows is None else [rows]
         self._through = batch_id - 1
 
+    def _read_back_topic(self, topic: str, batch_id: int, watermark: datetime | None, horizon: timedelta,
+                         columns: list[str]) -> pa.Table | None:
+        """The rule on Silver: the topic's on-time events of batches before ``batch_id`` after
+        ``watermark`` minus ``horizon`` (None when no earlier batch had the topic)."""
+        table = tables.silver(topic)
+        if watermark is None or not self.store.exists(table):
+            return None
+        where = f"batch_id < {batch_id} AND NOT is_late AND event_time > {sql_time(watermark - horizon)}"
+        return self.store.select_arrow(table, columns, where)
 
-__all__ = ["RecentEvents", "horizons"]
+
+def _valued(lookback: Lookback, events: pa.Table, query: Query) -> tuple[pa.Table, pa.Array, np.ndarray, pa.Array]:
+    """``events`` as ``query`` returns them (in its order), with each one's entity, time in
+    microseconds and the look-back's value, computed as the view's definition computes it."""
+    valued = query(f"SELECT *, {lookback.value} AS lookback_value FROM {{events}}", {"events": events})
+    micros = pc.cast(valued["event_time"].cast(pa.timestamp("us", "UTC")), pa.int64()).to_numpy()
+    return (valued.drop_columns(["lookback_value"]), valued[lookback.entity].combine_chunks(), micros,
+            valued["lookback_value"].combine_chunks())
+
+
+__all__ = ["Query", "RecentEvents", "horizons"]

@@ -29,12 +29,14 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.lakehouse.base import sql_literal
 from include.registry import (
-    ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names, merged_partials, merged_partials_sql,
+    Lookback, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names, merged_partials, merged_partials_sql,
     replaces_sql, sql_time, struct,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from speed_layer.recent import Query
 
 # Values per IN list in a read of stored rows (see Step.stored).
 IN_LIST_SLICE = 1000
@@ -52,6 +54,8 @@ class MicroBatch:
     events: Callable[[str], DataFrame]  # a topic's on-time events (typed fields, event_time, arrived_at)
     collect: Callable[[list[str]], dict[str, pa.Table]]  # the same for several topics, on the driver
     recent: Callable[[str], pa.Table]  # a topic's on-time events of earlier micro-batches (speed_layer/recent.py)
+    # A look-back's moments for the micro-batch's events (RecentEvents.moments): lookback, events, engine.
+    lookback: Callable[[Lookback, pa.Table, Query], pa.Table]
     watermarks: Mapping[str, datetime | None]  # at arrival
     watermarks_after: Mapping[str, datetime | None]  # with this micro-batch's events counted
 
@@ -75,6 +79,9 @@ class Step:
 
     def recent(self, topic: str) -> pa.Table:
         return self.batch.recent(topic)
+
+    def lookback(self, lookback: Lookback) -> pa.Table:
+        return self.batch.lookback(lookback, self.events(lookback.topic), self.query)
 
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         return (self.batch.watermarks_after if after else self.batch.watermarks).get(topic)

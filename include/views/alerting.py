@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.notifier import announce_alerts
-from include.registry import Differences, PassStep, Speed, ViewContext, ViewSpec, view
+from include.registry import Differences, Lookback, PassStep, Speed, ViewContext, ViewSpec, view
 from include.views.rules import window_start_sql
 
 if TYPE_CHECKING:
@@ -17,10 +17,15 @@ if TYPE_CHECKING:
 
 ANOMALY_LOOKBACK = timedelta(minutes=15)
 ANOMALY_MIN_READINGS, ANOMALY_SIGMAS = 5, 3
+# The anomaly test's readings, in exact hundredths of a degree, and the look-back's statistics of
+# them: a window in the batch, running sums in the stream (PassStep.lookback).
+HUNDREDTHS = "CAST(round(temperature * 100) AS DECIMAL(38,0))"
+ANOMALY = Lookback(topic="sensors", entity="device_id", value=HUNDREDTHS, span=ANOMALY_LOOKBACK)
 VELOCITY_WINDOW = timedelta(minutes=5)
 ALERT_KINDS = ("high_temperature", "temperature_anomaly", "order_velocity")
-# The stream's inputs also carry ``fresh`` (the event is in this micro-batch, not re-read from
-# the recent ones) and ``ingested_at`` (its micro-batch's time): see :func:`alerts_step`.
+# The stream's inputs also carry ``ingested_at`` (its micro-batch's time), its orders ``fresh``
+# (in this micro-batch, not re-read from the recent ones) and its readings (all fresh) the
+# look-back's ``lookback_count``, ``lookback_sum`` and ``lookback_squares``: see :func:`alerts_step`.
 FRESH, INGESTED = "fresh", "ingested_at"
 
 
@@ -60,51 +65,49 @@ def alert_differences(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> Dat
     ),
     speed=Speed(mode="update", freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts,
                 incremental=lambda step: alerts_step(step),
-                recent={"sensors": ANOMALY_LOOKBACK, "orders": VELOCITY_WINDOW}),
+                recent={"orders": VELOCITY_WINDOW}, lookback=ANOMALY),
     declared_in_sql=True,
 )
 def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """``high_temperature``, ``temperature_anomaly`` and ``order_velocity``, one row per
     ``alert_id``. The anomaly test is in exact integers of hundredths of a degree (decimals), so
     both layers and both engines agree to the last alert. The batch's ``detected_at`` is its
-    run's time. The stream runs this on a micro-batch's events and the recent ones of the same
-    devices and users (:func:`alerts_step`) and keeps the alerts its fresh events raise, each
-    detected at the micro-batch that brought its reading, or the order that passed the limit."""
+    run's time. The stream runs this on a micro-batch's readings, with their look-back's
+    statistics, and its orders with the recent ones of the same users (:func:`alerts_step`), and
+    keeps the alerts its fresh events raise, each detected at the micro-batch that brought its
+    reading, or the order that passed the limit."""
     settings, stream = context.settings, not context.exact
     lookback_us = int(ANOMALY_LOOKBACK / timedelta(microseconds=1))
     limit, window = settings.velocity_limit, int(VELOCITY_WINDOW.total_seconds())
     detected = INGESTED if stream else "current_timestamp()"
-    fresh = f"AND {FRESH}" if stream else ""
+    moments = ("lookback_count AS n, lookback_sum AS s, lookback_squares AS q" if stream else
+               "CAST(count(1) OVER before AS DECIMAL(38,0)) AS n, sum(x) OVER before AS s, sum(x * x) OVER before AS q")
+    before = ("" if stream else f"""WINDOW before AS (PARTITION BY device_id ORDER BY unix_micros(event_time)
+                                    RANGE BETWEEN {lookback_us} PRECEDING AND 1 PRECEDING)""")
     velocity_detected = (f"min(CASE WHEN arrival = {limit + 1} THEN {INGESTED} END)" if stream
                          else "current_timestamp()")
     arrival = (f", row_number() OVER (PARTITION BY user_id, window_start ORDER BY {INGESTED}) AS arrival" if stream
                else "")
     return f"""
         WITH readings AS (
-            SELECT device_id, event_time, temperature, {detected} AS detected_at {", " + FRESH if stream else ""},
-                   CAST(round(temperature * 100) AS DECIMAL(38,0)) AS x
-            FROM {{sensors}}),
+            SELECT *, {HUNDREDTHS} AS x, {detected} AS detected_at FROM {{sensors}}),
         stats AS (
             SELECT *, n * q - s * s AS spread, n * x - s AS distance
-            FROM (SELECT *, CAST(count(1) OVER before AS DECIMAL(38,0)) AS n, sum(x) OVER before AS s,
-                         sum(x * x) OVER before AS q
-                  FROM readings
-                  WINDOW before AS (PARTITION BY device_id ORDER BY unix_micros(event_time)
-                                    RANGE BETWEEN {lookback_us} PRECEDING AND 1 PRECEDING))),
+            FROM (SELECT *, {moments} FROM readings {before})),
         windows AS (
             SELECT *{arrival}
             FROM (SELECT *, {window_start_sql("event_time", window)} AS window_start FROM {{orders}})),
         raised AS (
             SELECT 'high_temperature' AS kind, device_id AS entity_id, event_time, temperature AS value,
                    CAST({float(settings.temperature_limit)} AS DOUBLE) AS threshold, detected_at
-            FROM readings WHERE temperature > {float(settings.temperature_limit)} {fresh}
+            FROM readings WHERE temperature > {float(settings.temperature_limit)}
             UNION ALL
             SELECT 'temperature_anomaly', device_id, event_time,
                    CAST(distance AS DOUBLE) / sqrt(CAST(n * spread AS DOUBLE) / CAST(n - 1 AS DOUBLE)),
                    CAST({ANOMALY_SIGMAS} AS DOUBLE), detected_at
             FROM stats
             WHERE n >= {ANOMALY_MIN_READINGS} AND spread > 0
-              AND distance * distance * (n - 1) > {ANOMALY_SIGMAS ** 2} * n * spread {fresh}
+              AND distance * distance * (n - 1) > {ANOMALY_SIGMAS ** 2} * n * spread
             UNION ALL
             SELECT 'order_velocity', user_id, window_start, CAST(count(1) AS DOUBLE), CAST({limit} AS DOUBLE),
                    {velocity_detected}
@@ -116,18 +119,15 @@ def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
 
 
 def alerts_step(step: PassStep) -> pa.Table:
-    """``alerts`` kept by the ingest pass: the definition re-run on the micro-batch's readings and
-    orders (``fresh``) with the recent ones of the same devices and users (what a reading looks
-    back at, the orders of the windows it counts in: ``Speed.recent``)."""
+    """``alerts`` kept by the ingest pass: the definition re-run on the micro-batch's readings with
+    their look-back's statistics (``Speed.lookback``), and on its orders (``fresh``) with the
+    recent ones of the same users (the orders of the windows they count in: ``Speed.recent``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    inputs = {}
-    for topic, entity in (("sensors", "device_id"), ("orders", "user_id")):
-        new = step.events(topic)
-        old = step.recent(topic)
-        old = old.filter(pc.is_in(old[entity], pc.unique(new[entity]))).select(new.column_names).cast(new.schema)
-        inputs[topic] = pa.concat_tables([
-            table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
-            for table, fresh in ((old, False), (new, True))])
-    return step.query(alerts.sql(ViewContext(step.settings, exact=False)), inputs)
+    new, old = step.events("orders"), step.recent("orders")
+    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"]))).select(new.column_names).cast(new.schema)
+    orders = pa.concat_tables([table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
+                               for table, fresh in ((old, False), (new, True))])
+    return step.query(alerts.sql(ViewContext(step.settings, exact=False)),
+                      {"sensors": step.lookback(ANOMALY), "orders": orders})

@@ -103,7 +103,7 @@ def run_speed(spark, settings, store, view, folder, name, batch=None):
                                  events=lambda topic: events,
                                  collect=lambda topics: {topic: events.toArrow() for topic in topics},
                                  recent=lambda topic: events.toArrow().slice(0, 0), watermarks={},
-                                 watermarks_after={})
+                                 watermarks_after={}, lookback=lambda *_: pytest.fail("no look-back here"))
         for write in ViewPass(settings, store, [view]).writes(micro_batch).values():
             write()
         return

@@ -119,6 +119,15 @@ def test_duckdb_runs_a_view_declared_in_sql_as_spark_does(spark, settings, view,
         frames = {topic: frame.selectExpr("*", "second(event_time) % 2 = 0 AS fresh",
                                           "event_time + INTERVAL 2 SECONDS AS ingested_at")
                   for topic, frame in frames.items()}
+    if view.speed.lookback and not is_exact:  # and the look-back's statistics, as its window gives them
+        lookback = view.speed.lookback
+        window = (f"OVER (PARTITION BY {lookback.entity} ORDER BY unix_micros(event_time) RANGE BETWEEN "
+                  f"{lookback.span // timedelta(microseconds=1)} PRECEDING AND 1 PRECEDING)")
+        frames[lookback.topic] = frames[lookback.topic].selectExpr(
+            "*", f"CAST(count(1) {window} AS DECIMAL(38,0)) AS lookback_count",
+            f"CAST(coalesce(sum({lookback.value}) {window}, 0) AS DECIMAL(38,0)) AS lookback_sum",
+            f"CAST(coalesce(sum({lookback.value} * {lookback.value}) {window}, 0) AS DECIMAL(38,0)) "
+            "AS lookback_squares")
     by_spark = view(frames, context).select(*column_names(fields)).toArrow().cast(schema)
     arrow = {topic: frame.toArrow() for topic, frame in frames.items()}
     by_duckdb = duckdb_rows(view.sql(context), arrow).select(column_names(fields)).cast(schema)

@@ -67,7 +67,9 @@ def run_pass(spark, settings):
         batch = MicroBatch(
             spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, (rows, _) in given.items() if rows},
             events=frames.__getitem__, collect=lambda topics: {topic: arrow[topic] for topic in topics},
-            recent=lambda topic: before()[topic], watermarks=watermarks, watermarks_after={"payments": after})
+            recent=lambda topic: before()[topic], watermarks=watermarks, watermarks_after={"payments": after},
+            lookback=lambda lookback, events, query: recent.moments(
+                lookback, batch_id, watermarks.get(lookback.topic), events, query))
         for write in ViewPass(settings, store, views).writes(batch).values():
             write()
         recent.add(batch_id, arrow)
