@@ -50,6 +50,8 @@ class Moments:
         """Count, sum and sum of squares of the kept values of each (entity, time) in
         ``[time - span, time - 1]``."""
         code = self._encode(entities)
+        if not len(code):  # no fresh event: no prefix sums over the kept ones
+            return (np.empty(0, np.int64),) * 3
         keys, (low, high) = self._keys((code, micros - self.span_us), (code, micros))
         low_end, high_end = np.searchsorted(keys, low, "left"), np.searchsorted(keys, high, "left")
         value = self.value

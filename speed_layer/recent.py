@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 
 import numpy as np
-
 import pyarrow as pa
 import pyarrow.compute as pc
 

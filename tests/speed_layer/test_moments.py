@@ -67,6 +67,7 @@ def test_moments_equal_the_window_out_of_order_with_ties(monkeypatch):
                 for second in range(10)]
     moments = run_batches(batches, spare_codes=1, monkeypatch=monkeypatch)
     assert len(moments._codes) <= len(np.unique(moments.code)) + 2  # renumbered, not one code per device seen
+    assert [len(part) for part in moments.window(pa.array([], pa.string()), np.empty(0, np.int64))] == [0, 0, 0]
 
 
 def test_moments_exact_beyond_int64_and_across_years():
