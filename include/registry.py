@@ -123,6 +123,12 @@ class Lookback:
     value: str  # Spark SQL of an exact integer of the event (a DECIMAL(38,0)), as the definition writes it
     span: timedelta
 
+    @property
+    def window(self) -> str:
+        """The window the batch computes the statistics over (Spark SQL; DuckDB reads it too)."""
+        return (f"PARTITION BY {self.entity} ORDER BY unix_micros(event_time) "
+                f"RANGE BETWEEN {self.span // timedelta(microseconds=1)} PRECEDING AND 1 PRECEDING")
+
 
 def sql_time(instant: datetime) -> str:
     """A UTC instant as a SQL timestamp both engines and DataFusion read."""

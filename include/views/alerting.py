@@ -77,13 +77,11 @@ def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     keeps the alerts its fresh events raise, each detected at the micro-batch that brought its
     reading, or the order that passed the limit."""
     settings, stream = context.settings, not context.exact
-    lookback_us = int(ANOMALY_LOOKBACK / timedelta(microseconds=1))
     limit, window = settings.velocity_limit, int(VELOCITY_WINDOW.total_seconds())
     detected = INGESTED if stream else "current_timestamp()"
     moments = ("lookback_count AS n, lookback_sum AS s, lookback_squares AS q" if stream else
                "CAST(count(1) OVER before AS DECIMAL(38,0)) AS n, sum(x) OVER before AS s, sum(x * x) OVER before AS q")
-    before = ("" if stream else f"""WINDOW before AS (PARTITION BY device_id ORDER BY unix_micros(event_time)
-                                    RANGE BETWEEN {lookback_us} PRECEDING AND 1 PRECEDING)""")
+    before = "" if stream else f"WINDOW before AS ({ANOMALY.window})"
     velocity_detected = (f"min(CASE WHEN arrival = {limit + 1} THEN {INGESTED} END)" if stream
                          else "current_timestamp()")
     arrival = (f", row_number() OVER (PARTITION BY user_id, window_start ORDER BY {INGESTED}) AS arrival" if stream

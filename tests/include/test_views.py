@@ -121,8 +121,7 @@ def test_duckdb_runs_a_view_declared_in_sql_as_spark_does(spark, settings, view,
                   for topic, frame in frames.items()}
     if view.speed.lookback and not is_exact:  # and the look-back's statistics, as its window gives them
         lookback = view.speed.lookback
-        window = (f"OVER (PARTITION BY {lookback.entity} ORDER BY unix_micros(event_time) RANGE BETWEEN "
-                  f"{lookback.span // timedelta(microseconds=1)} PRECEDING AND 1 PRECEDING)")
+        window = f"OVER ({lookback.window})"
         frames[lookback.topic] = frames[lookback.topic].selectExpr(
             "*", f"CAST(count(1) {window} AS DECIMAL(38,0)) AS lookback_count",
             f"CAST(coalesce(sum({lookback.value}) {window}, 0) AS DECIMAL(38,0)) AS lookback_sum",
