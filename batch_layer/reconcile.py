@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 
+from batch_layer.recompute import in_parallel
 from include import tables
 from include.lakehouse import LakehouseStore
 from include.registry import ViewSpec, combined, dimension_as_of
@@ -39,32 +40,36 @@ def _measure(rows: DataFrame, view: ViewSpec) -> dict[str, float]:
 def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
     """Compare the day's speed and batch views; write and return the reconciliation rows."""
     computed_at = datetime.now(timezone.utc)
-    rows = []
-    for view in VIEWS:
-        batch = _day(store, view.batch_table, view, day)
-        if view.kind == "dimension":  # the speed's state as of the day's end, against the rebuild
-            cut = datetime.combine(day + timedelta(days=1), time.min, timezone.utc)
-            speed = _all(store, view.speed_table, view).withColumn("date", F.lit(day))
-            speed, batch = dimension_as_of(view, speed, batch, cut)
-        else:
-            speed = combined(view, _day(store, view.speed_table, view, day))
-        speed_values, batch_values = _measure(speed, view), _measure(batch, view)
-        for metric in view.metrics:
-            rows.append(_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at))
-        if view.differences:
-            differing = view.differences.rows(speed, batch, view).cache()
-            store.ensure_table(view.differences.table, view.differences_schema, ["date"])
-            store.replace_partition(view.differences.table, differing, {"date": day})
-            counted = differing.agg(
-                *[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]
-            ).first()
-            for metric in view.differences.metrics:
-                rows.append(_row(view.name, day, metric, 0.0, float(counted[metric] or 0), computed_at))
-            differing.unpersist()
-
+    per_view = in_parallel({view.name: (_reconcile_view, store, view, day, computed_at) for view in VIEWS})
+    rows = [row for view in VIEWS for row in per_view[view.name]]
     store.ensure_table(tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA, ["date"])
     frame = store.spark.createDataFrame(rows, tables.RECONCILIATION_SCHEMA)
     store.replace_partition(tables.RECONCILIATION, frame, {"date": day})
+    return rows
+
+
+def _reconcile_view(store: LakehouseStore, view: ViewSpec, day: date, computed_at: datetime) -> list[dict]:
+    """One view's reconciliation rows; its differences written to their own table."""
+    batch = _day(store, view.batch_table, view, day)
+    if view.kind == "dimension":  # the speed's state as of the day's end, against the rebuild
+        cut = datetime.combine(day + timedelta(days=1), time.min, timezone.utc)
+        speed = _all(store, view.speed_table, view).withColumn("date", F.lit(day))
+        speed, batch = dimension_as_of(view, speed, batch, cut)
+    else:
+        speed = combined(view, _day(store, view.speed_table, view, day))
+    speed_values, batch_values = _measure(speed, view), _measure(batch, view)
+    rows = [_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at)
+            for metric in view.metrics]
+    if view.differences:
+        differing = view.differences.rows(speed, batch, view).cache()
+        store.ensure_table(view.differences.table, view.differences_schema, ["date"])
+        store.replace_partition(view.differences.table, differing, {"date": day})
+        counted = differing.agg(
+            *[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]
+        ).first()
+        for metric in view.differences.metrics:
+            rows.append(_row(view.name, day, metric, 0.0, float(counted[metric] or 0), computed_at))
+        differing.unpersist()
     return rows
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, time as clock, timedelta, timezone
 
 from include.output import format_rows
@@ -46,13 +47,16 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     settings = settings.model_copy(update={"max_files_per_trigger": FILES_PER_MICRO_BATCH})
     day = day or datetime.now(timezone.utc).date() - timedelta(days=1)
     started = time.monotonic()
+    # Spark's JVM starts on the other core while this one generates the day.
+    starting = ThreadPoolExecutor(1, thread_name_prefix="spark-start").submit(get_spark, settings, "lambdalake-demo")
     say(f"1/5 Landing 24 hours of events for {day} into {settings.landing_dir}")
     options = TrafficOptions(
         orders_per_hour=orders_per_hour, watermark_delay=settings.watermark_delay,
         late_beyond=timedelta(minutes=FILE_MINUTES * FILES_PER_MICRO_BATCH),
     )
+    # No progress lines: while the JVM starts, stderr is its log (include/spark.py).
     result = generate(settings, datetime.combine(day, clock(), timezone.utc), 24, options, seed=42,
-                      file_minutes=FILE_MINUTES)
+                      file_minutes=FILE_MINUTES, progress=False)
     truth = result.ledger
     rows = [{"topic": t, **{k: c[k] for k in ("lines", "valid", "duplicate", "corrupt", "late")}}
             for t, c in truth["topics"].items()]
@@ -61,7 +65,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
 
     say(f"2/5 Speed layer: `lambdalake stream --available-now --max-files-per-trigger {FILES_PER_MICRO_BATCH}` "
         "(Structured Streaming, micro-batch by micro-batch)")
-    spark = get_spark(settings, app_name="lambdalake-demo")
+    spark = starting.result()
     spark.sparkContext.setLogLevel("ERROR")
     store = open_store(settings, spark)
     run_stream(settings, available_now=True, show_progress=True)

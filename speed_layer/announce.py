@@ -4,8 +4,10 @@ When every topic's watermark has passed a new day's end plus the allowed latenes
 (:mod:`include.day_complete`), the stream posts an event of the asset
 ``lambdalake://stream/day_complete`` with ``{"date": "YYYY-MM-DD"}`` through Airflow's REST API,
 and ``lambda_nightly_batch`` runs for that day without waiting for its sensor's next poke. Only the
-newest complete day is posted (older days have their scheduled runs); the last day posted is kept
-in ``checkpoints/day-complete-event.json``, so a restarted stream does not post it again.
+newest complete day that the stream has events of (in Bronze) is posted: older days have their
+scheduled runs, and a day without events (before the stream's first, or in a gap) has nothing
+the stream could have made exact sooner. The last day posted is kept in
+``checkpoints/day-complete-event.json``, so a restarted stream does not post it again.
 
 Airflow being absent, unreachable or refusing is logged once per outage and never stops the
 stream: the day is posted at a later check, and the nightly batch's sensor remains the fallback.
@@ -22,8 +24,11 @@ from datetime import date
 from include.airflow_events import AIRFLOW_CONN_ENV, AirflowApi, AirflowUnavailable
 from include.assets import DAY_COMPLETE
 from include.config import Settings
+from include.coverage import bronze_row_counts
 from include.day_complete import newest_complete_day, stream_watermark
 from include.lakehouse import LakehouseStore
+from include.registry import input_topics
+from include.views import VIEWS
 
 log = logging.getLogger(__name__)
 CHECK_SECONDS = 60.0
@@ -64,11 +69,21 @@ class DayCompleteAnnouncer:
         temporary.write_text(json.dumps({"date": day.isoformat()}), encoding="utf-8")
         os.replace(temporary, self.state_path)
 
-    def check(self) -> date | None:
-        """Post the newest complete day unless it was posted already; returns the day posted."""
-        day = newest_complete_day(self.settings, stream_watermark(self.store, self.settings))
+    def day_to_post(self) -> date | None:
+        """The newest complete day with events in Bronze, if it was not posted already."""
+        complete = newest_complete_day(self.settings, stream_watermark(self.store, self.settings))
+        if complete is None:
+            return None
+        counts = [bronze_row_counts(self.store, topic) for topic in input_topics(VIEWS)]
+        with_events = {day for count in counts for day, rows in count.items() if day and rows and day <= complete}
         last = self.last_posted()
-        if day is None or (last is not None and day <= last):
+        day = max(with_events, default=None)
+        return None if day is None or (last is not None and day <= last) else day
+
+    def check(self) -> date | None:
+        """Post :meth:`day_to_post`, if any; returns the day posted."""
+        day = self.day_to_post()
+        if day is None:
             return None
         try:
             self.api.post_asset_event(DAY_COMPLETE, {"date": day.isoformat()})

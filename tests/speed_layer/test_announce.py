@@ -53,9 +53,37 @@ def test_a_day_is_complete_once_every_topics_watermark_passed_its_end_plus_laten
     assert newest_complete_day(settings, ready) == day
 
 
+def land(store, topic: str, day: date) -> None:
+    """One Bronze line of ``topic`` with event date ``day``."""
+    store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
+    row = {"value": b"{}", "topic": topic, "source": "test", "arrived_at": datetime.now(UTC),
+           "ingested_at": datetime.now(UTC), "batch_id": 0, "event_date": day}
+    schema = tables.arrow_schema(tables.BRONZE_SCHEMA)
+    store.append(tables.bronze(topic), pa.Table.from_pylist([{name: row.get(name) for name in schema.names}], schema))
+
+
+def test_the_newest_complete_day_with_events_is_the_one_posted(settings):
+    """A stream that begins with today's events has a watermark making days before them
+    complete: nothing of theirs was ingested, and no nightly run is asked for them."""
+    store = open_store(settings)
+    announcer = DayCompleteAnnouncer(settings, store, AirflowApi("http://127.0.0.1:9", "admin", "x"))
+    ingest(store, input_topics(VIEWS), datetime(2026, 11, 21, 2, 0, tzinfo=UTC))  # 2026-11-20 complete
+    assert announcer.day_to_post() is None  # no Bronze yet
+    land(store, "orders", date(2026, 11, 21))
+    assert announcer.day_to_post() is None  # events, but of a day not complete
+    land(store, "clicks", date(2026, 11, 18))
+    assert announcer.day_to_post() == date(2026, 11, 18)  # the newest complete day with events (a gap after it)
+    land(store, "sensors", date(2026, 11, 20))
+    assert announcer.day_to_post() == date(2026, 11, 20)
+    (settings.checkpoints_dir / STATE_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (settings.checkpoints_dir / STATE_FILE).write_text('{"date": "2026-11-20"}')
+    assert announcer.day_to_post() is None  # posted already
+
+
 def test_airflow_absent_is_logged_once_and_the_day_posted_later(settings, caplog):
     store = open_store(settings)
     ingest(store, input_topics(VIEWS), datetime(2026, 11, 21, 2, 0, tzinfo=UTC))
+    land(store, "orders", date(2026, 11, 20))
     closed = AirflowApi(f"http://127.0.0.1:{free_port()}", "admin", "secret")  # nothing listens there
     announcer = DayCompleteAnnouncer(settings, store, closed)
     with caplog.at_level(logging.INFO, logger="speed_layer.announce"):
