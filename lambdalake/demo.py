@@ -48,7 +48,8 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     day = day or datetime.now(timezone.utc).date() - timedelta(days=1)
     started = time.monotonic()
     # Spark's JVM starts on the other core while this one generates the day.
-    starting = ThreadPoolExecutor(1, thread_name_prefix="spark-start").submit(get_spark, settings, "lambdalake-demo")
+    spark_start = ThreadPoolExecutor(1, thread_name_prefix="spark-start")
+    starting = spark_start.submit(get_spark, settings, "lambdalake-demo")
     say(f"1/5 Landing 24 hours of events for {day} into {settings.landing_dir}")
     options = TrafficOptions(
         orders_per_hour=orders_per_hour, watermark_delay=settings.watermark_delay,
@@ -66,6 +67,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     say(f"2/5 Speed layer: `lambdalake stream --available-now --max-files-per-trigger {FILES_PER_MICRO_BATCH}` "
         "(Structured Streaming, micro-batch by micro-batch)")
     spark = starting.result()
+    spark_start.shutdown()
     spark.sparkContext.setLogLevel("ERROR")
     store = open_store(settings, spark)
     run_stream(settings, available_now=True, show_progress=True)

@@ -72,11 +72,11 @@ class DayCompleteAnnouncer:
     def day_to_post(self) -> date | None:
         """The newest complete day with events in Bronze, if it was not posted already."""
         complete = newest_complete_day(self.settings, stream_watermark(self.store, self.settings))
-        if complete is None:
-            return None
+        last = self.last_posted()
+        if complete is None or (last is not None and complete <= last):
+            return None  # nothing new: Bronze is not read
         counts = [bronze_row_counts(self.store, topic) for topic in input_topics(VIEWS)]
         with_events = {day for count in counts for day, rows in count.items() if day and rows and day <= complete}
-        last = self.last_posted()
         day = max(with_events, default=None)
         return None if day is None or (last is not None and day <= last) else day
 
