@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from include.registry import Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, rows_that_differ, view
-from include.views.rules import DASHBOARD_REFRESH, money_sum_sql
+from include.views.rules import DASHBOARD_REFRESH, money_sum_sql, window_start_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 CUSTOMER_FIELDS = "customer_id string, name string, email string, segment string, country string"
 CUSTOMER_COLUMNS = ("name", "email", "segment", "country")
-SEGMENT_WINDOW = "1 hour"
+SEGMENT_WINDOW, SEGMENT_SECONDS = "1 hour", 3600
 UNKNOWN_SEGMENT = "unknown"
 
 
@@ -185,40 +185,29 @@ def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSp
         partials=Partials(merged="read", merge={
             "revenue": money_sum_sql("revenue"),
             "orders": "CAST(sum(orders) AS BIGINT)",
-            **{name: f"array_sort(flatten(collect_list(arrays_zip(order_ids, order_amounts)))).{name}"
-               for name in ("order_ids", "order_amounts")},
+            **{name: f"transform(array_sort(flatten(collect_list(transform(order_ids, (order_id, at) -> "
+                     f"struct(order_id AS order_id, order_amounts[at] AS amount))))), counted -> counted.{field})"
+               for name, field in (("order_ids", "order_id"), ("order_amounts", "amount"))},
         }),
     ),
+    declared_in_sql=True,
 )
-def revenue_by_segment_1h(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
+def revenue_by_segment_1h(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     """Orders enriched with their customer's segment, revenue and orders per segment in tumbling
     1-hour windows. The batch joins point in time (the version of ``customers_history`` valid at
     the order's time); the stream joins the current versions as its table stands when the order's
     micro-batch runs (a stream-static join whose static side is re-read every micro-batch). No
     customer: ``unknown``. Hidden: the orders counted and their amounts, for reconciliation."""
-    from pyspark.sql import functions as F
-
-    orders = inputs["orders"]
-    versions = inputs["customers_history"].where(~F.col("deleted")).select(
-        F.col("customer_id"), F.col("segment").alias("customer_segment"), "valid_from", "valid_to", "is_current")
-    if context.exact:
-        on = ((F.col("user_id") == F.col("customer_id")) & (F.col("valid_from") <= F.col("event_time"))
-              & (F.col("valid_to").isNull() | (F.col("event_time") < F.col("valid_to"))))
-    else:
-        versions = versions.where("is_current")
-        on = F.col("user_id") == F.col("customer_id")
-    enriched = orders.join(F.broadcast(versions), on, "left").withColumn(
-        "segment", F.coalesce("customer_segment", F.lit(UNKNOWN_SEGMENT)))
-    counted = F.array_sort(F.collect_list(F.struct("order_id", "amount")))
-    return (
-        enriched.groupBy(F.window("event_time", SEGMENT_WINDOW).alias("window"), "segment")
-        .agg(F.expr(money_sum_sql("amount")).alias("revenue"), F.count(F.lit(1)).alias("orders"),
-             counted.alias("counted"))
-        .select(
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "segment", "revenue", "orders",
-            F.col("counted.order_id").alias("order_ids"), F.col("counted.amount").alias("order_amounts"),
-            F.to_date("window.start").alias("date"),
-        )
-    )
+    valid = ("v.valid_from <= o.event_time AND (v.valid_to IS NULL OR o.event_time < v.valid_to)" if context.exact
+             else "v.is_current")
+    counted = "array_sort(collect_list(struct(order_id, amount)))"
+    return f"""
+        SELECT window_start, window_start + INTERVAL {SEGMENT_WINDOW} AS window_end, segment,
+               {money_sum_sql("amount")} AS revenue, count(1) AS orders,
+               transform({counted}, counted -> counted.order_id) AS order_ids,
+               transform({counted}, counted -> counted.amount) AS order_amounts, to_date(window_start) AS date
+        FROM (SELECT /*+ BROADCAST(v) */ o.order_id, o.amount, coalesce(v.segment, '{UNKNOWN_SEGMENT}') AS segment,
+                     {window_start_sql("o.event_time", SEGMENT_SECONDS)} AS window_start
+              FROM {{orders}} AS o LEFT JOIN {{customers_history}} AS v
+                   ON o.user_id = v.customer_id AND NOT v.deleted AND {valid})
+        GROUP BY window_start, segment"""

@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include import ddl
-from include.config import spark_interval
 from include.registry import Partials, PassStep, Speed, ViewContext, sql_time, view
 from include.views.rules import (
     DASHBOARD_REFRESH, distinct_count_sql, merged_distinct_count, sketch_of, window_start_sql,
@@ -73,28 +72,30 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
     drift_metrics=("events",),
     speed=Speed(mode="update", freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH,
                 state="page_urls array<string>", incremental=lambda step: user_sessions_step(step)),
+    declared_in_sql=True,
 )
-def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> DataFrame:
-    """Session windows per user with a 30-minute inactivity gap: first and last click, clicks,
-    distinct pages, whether an item was added to the cart (``session_window``). The stream shows
-    sessions while they are open (:func:`user_sessions_step`), with their pages."""
-    from pyspark.sql import functions as F
-
-    sessions = inputs["clicks"].groupBy("user_id", F.session_window("event_time", spark_interval(SESSION_GAP))).agg(
-        F.unix_micros(F.min("event_time")).alias("start_us"), F.unix_micros(F.max("event_time")).alias("end_us"),
-        F.count(F.lit(1)).alias("events"), F.count_distinct("page_url").alias("pages"),
-        F.max(F.col("action") == "add_to_cart").alias("converted"),
-    )
-    return sessions.select(
-        "user_id",
-        F.timestamp_micros("start_us").alias("session_start"),
-        F.timestamp_micros("end_us").alias("session_end"),
-        "events",
-        "pages",
-        ((F.col("end_us") - F.col("start_us")) / 1e6).alias("duration_seconds"),
-        "converted",
-        F.to_date(F.timestamp_micros("start_us")).alias("date"),
-    )
+def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
+    """Sessions per user with a 30-minute inactivity gap (Spark's ``session_window`` rule: a
+    click exactly the gap after the last continues the session): first and last click, clicks,
+    distinct pages, whether an item was added to the cart. Gaps and islands: a click more than
+    the gap after its user's previous one opens a session. The stream shows sessions while they
+    are open (:func:`user_sessions_step`), with their pages."""
+    gap_us = SESSION_GAP // timedelta(microseconds=1)
+    pages = "" if context.exact else ", array_sort(collect_set(page_url)) AS page_urls"
+    return f"""
+        WITH clicks AS (
+            SELECT *, unix_micros(event_time) AS at_us,
+                   lag(unix_micros(event_time)) OVER (PARTITION BY user_id ORDER BY event_time) AS previous_us
+            FROM {{clicks}}),
+        numbered AS (
+            SELECT *, sum(CASE WHEN previous_us IS NULL OR at_us - previous_us > {gap_us} THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY user_id ORDER BY at_us ROWS UNBOUNDED PRECEDING) AS session
+            FROM clicks)
+        SELECT user_id, timestamp_micros(min(at_us)) AS session_start, timestamp_micros(max(at_us)) AS session_end,
+               count(1) AS events, count(DISTINCT page_url) AS pages,
+               (max(at_us) - min(at_us)) / 1e6 AS duration_seconds,
+               max(action = 'add_to_cart') AS converted, to_date(timestamp_micros(min(at_us))) AS date{pages}
+        FROM numbered GROUP BY user_id, session"""
 
 
 @dataclass(frozen=True)

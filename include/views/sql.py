@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+import uuid
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -31,9 +32,21 @@ DATE_FORMATS = {"yyyy-MM-dd'T'HH:mm:ss.SSS'Z'": "%Y-%m-%dT%H:%M:%S.%gZ"}
 
 
 def spark_rows(sql: str, inputs: Mapping[str, DataFrame]) -> DataFrame:
-    """The SQL run by Spark on the input DataFrames."""
-    session = next(iter(inputs.values())).sparkSession
-    return session.sql(sql, **{name: inputs[name] for name in set(PLACEHOLDER.findall(sql))})
+    """The SQL run by Spark on the input DataFrames. Inputs of several sessions (a stream's
+    micro-batch has its own, a lookup read from a table the main one) meet as global temporary
+    views, which every session of the application sees; the plan holds them once analysed."""
+    given = {name: inputs[name] for name in set(PLACEHOLDER.findall(sql))}
+    session = next(iter(given.values())).sparkSession
+    if all(frame.sparkSession is session for frame in given.values()):
+        return session.sql(sql, **given)
+    names = {name: f"lambdalake_{name}_{uuid.uuid4().hex}" for name in given}
+    for name, frame in given.items():
+        frame.createGlobalTempView(names[name])
+    try:
+        return session.sql(PLACEHOLDER.sub(lambda match: f"global_temp.{names[match[1]]}", sql))
+    finally:
+        for name in names.values():
+            session.catalog.dropGlobalTempView(name)
 
 
 @lru_cache(maxsize=256)
