@@ -5,6 +5,10 @@ view of the registry), applied to the full history without a watermark: late eve
 distinct counts are exact. A dimension is rebuilt from its inputs' whole history up to the day's
 end and stored under the day (the snapshot serving merges with the stream's later changes).
 Each view's partition for the day is replaced as a whole, so a rerun gives the same table.
+
+Spark parses and deduplicates Bronze. On a local master a day of moderate size then comes to the
+driver as Arrow and DuckDB runs the views' SQL on it (``LAMBDALAKE_BATCH_ENGINE``, as ingest's
+pass does per micro-batch): nine small Spark plans cost more than their data there.
 """
 
 from __future__ import annotations
@@ -13,15 +17,18 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import date
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
-from include.config import Settings
-from include.coverage import input_days
+from include import ddl
+from include.config import ConfigError, Settings
+from include.coverage import bronze_row_counts, input_days
 from include.lakehouse import LakehouseStore
 from include import tables
 from include.parsing import parse_topic
-from include.registry import ViewContext
+from include.registry import ViewContext, column_names
 from include.schemas import TOPICS
 from include.views import VIEWS, VIEWS_BY_NAME
 from include.views.rules import first_copies
@@ -31,6 +38,9 @@ if TYPE_CHECKING:
 
 # Views computed side by side (see in_parallel).
 BATCH_THREADS = 4
+# The most Bronze rows a day's rebuild reads for ``auto`` to run it on the driver: their parsed
+# events are held there as Arrow (a few hundred bytes each).
+DRIVER_MAX_ROWS = 5_000_000
 
 
 def events(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> DataFrame:
@@ -63,12 +73,50 @@ def ensure_batch_tables(store: LakehouseStore) -> None:
         store.ensure_table(view.batch_table, view.schema, ["date"])
 
 
+def on_driver(store: LakehouseStore, settings: Settings, days: dict[str, list[date]]) -> bool:
+    """Whether DuckDB runs the views on the driver (``LAMBDALAKE_BATCH_ENGINE``; ``auto``: on a
+    local master when the day's rebuild reads at most :data:`DRIVER_MAX_ROWS` Bronze rows)."""
+    if settings.batch_engine == "spark":
+        return False
+    undeclared = [view.name for view in VIEWS if not view.declared_in_sql]
+    if settings.batch_engine == "duckdb" and undeclared:
+        raise ConfigError(f"invalid setting LAMBDALAKE_BATCH_ENGINE=duckdb: {', '.join(undeclared)} "
+                          "not declared in SQL, which DuckDB runs")
+    if settings.batch_engine == "duckdb":
+        return True
+    if undeclared or not settings.spark_master.startswith("local"):
+        return False
+    read = sum(bronze_row_counts(store, topic).get(day, 0) for topic, wanted in days.items() for day in wanted)
+    return read <= DRIVER_MAX_ROWS
+
+
+def batch_rows_on_driver(inputs: dict[str, pa.Table], settings: Settings, day: date) -> dict[str, pa.Table]:
+    """:func:`batch_views` by DuckDB on Arrow events (include/views/sql.py)."""
+    from include.views.sql import duckdb_rows
+
+    context = ViewContext(settings, exact=True)
+    computed: dict[str, pa.Table] = {}
+    for view in VIEWS:
+        given = {topic: inputs[topic] for topic in view.inputs} | {name: computed[name] for name in view.lookups}
+        rows = duckdb_rows(view.sql(context), given)
+        if view.kind == "dimension":
+            rows = rows.drop_columns(["date"]).append_column("date", pa.array([day] * rows.num_rows, pa.date32()))
+        rows = rows.select(column_names(view.fields)).cast(ddl.arrow_schema(view.fields))
+        computed[view.name] = rows.filter(pc.equal(rows["date"], pa.scalar(day, pa.date32())))
+    return {VIEWS_BY_NAME[name].batch_table: rows for name, rows in computed.items()}
+
+
 def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[str, int]:
     """Replace the day's partition of every batch view; returns rows written per table."""
     ensure_batch_tables(store)
+    days = input_days(store, settings, day)
+    if on_driver(store, settings, days):
+        collected = in_parallel({topic: (_collect, store, settings, topic, wanted) for topic, wanted in days.items()})
+        views = batch_rows_on_driver(collected, settings, day)
+        return in_parallel({table: (_replace_arrow, store, table, rows, day) for table, rows in views.items()})
     # Parsed once: most topics feed several views (orders four of them).
-    inputs = {topic: events(store, settings, topic, days).persist(StorageLevel.MEMORY_AND_DISK)
-              for topic, days in input_days(store, settings, day).items()}
+    inputs = {topic: events(store, settings, topic, wanted).persist(StorageLevel.MEMORY_AND_DISK)
+              for topic, wanted in days.items()}
 
     def replace(table: str, rows: DataFrame) -> int:
         rows = rows.cache()
@@ -84,6 +132,15 @@ def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[
     finally:
         for events_of_topic in inputs.values():
             events_of_topic.unpersist()
+
+
+def _collect(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> pa.Table:
+    return events(store, settings, topic, days).toArrow()
+
+
+def _replace_arrow(store: LakehouseStore, table: str, rows: pa.Table, day: date) -> int:
+    store.replace_partition(table, rows, {"date": day})
+    return rows.num_rows
 
 
 def in_parallel(calls: dict) -> dict:

@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     # delta-rs: speed_layer/driver_pass.py) or "spark" as Spark jobs. "auto": the driver on a
     # local master, Spark on a cluster; a home keeps the engine its stream began with.
     pass_engine: Literal["auto", "spark", "duckdb"] = "auto"
+    # Who runs the nightly batch's views: "duckdb" on the driver, over the day's events that Spark
+    # parsed, or "spark". "auto": the driver on a local master for a day of at most a few million
+    # Bronze rows (batch_layer/recompute.py).
+    batch_engine: Literal["auto", "spark", "duckdb"] = "auto"
     # How often the stream compacts the small files of the tables it appends to (0: never; the
     # daily maintenance does all tables): speed_layer/compaction.py.
     stream_compaction_interval: timedelta = Field(default=timedelta(minutes=10), ge=timedelta(0))

@@ -91,6 +91,18 @@ def sql_literal(value: Any) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def _has_rows_outside(rows: Rows, predicate: str, partition: Mapping[str, Any]) -> bool:
+    """Whether some of ``rows`` lie outside the partition (a null partition value included)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(rows, pa.Table):
+        return not rows.where(f"NOT ({predicate}) OR " + " OR ".join(f"{c} IS NULL" for c in partition)).isEmpty()
+    inside = [pc.equal(rows[column], pa.scalar(value).cast(rows[column].type)).fill_null(False)
+              for column, value in partition.items()]
+    return rows.num_rows > 0 and not all(pc.all(column).as_py() for column in inside)
+
+
 def writes(method: Callable[..., T]) -> Callable[..., T]:
     """A store operation that writes: a full disk on the way (Spark's, delta-rs' or Python's
     error) becomes a :class:`~include.disk_space.NoSpaceLeftError` naming the table."""
@@ -290,7 +302,7 @@ class LakehouseStore(ABC):
 
     @writes
     def replace_partition(
-        self, name: str, df: DataFrame, partition: Mapping[str, Any], txn: Txn | None = None
+        self, name: str, df: Rows, partition: Mapping[str, Any], txn: Txn | None = None
     ) -> bool:
         """Atomically replace exactly the rows of one partition (e.g. ``{"date": day}``)."""
         if not partition:
@@ -303,8 +315,7 @@ class LakehouseStore(ABC):
                 f"{unknown} are not partition columns of '{name}' (it has {table_partitions})"
             )
         predicate = " AND ".join(f"{col} = {sql_literal(val)}" for col, val in partition.items())
-        outside = df.where(f"NOT ({predicate}) OR " + " OR ".join(f"{c} IS NULL" for c in partition))
-        if not outside.isEmpty():
+        if _has_rows_outside(df, predicate, partition):
             raise ValueError(f"rows outside partition {dict(partition)} given to replace '{name}'")
         if self.is_committed(name, txn):
             return False

@@ -56,7 +56,9 @@ def duckdb_sql(sql: str) -> str:
     import sqlglot
     from sqlglot import exp
 
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expression) -> exp.Expression | None:
+        if isinstance(node, exp.Hint):  # Spark's join hints; DuckDB plans its own joins
+            return None
         if isinstance(node, (exp.ArgMax, exp.ArgMin)):  # DuckDB's arg_max skips a null value; Spark's max_by keeps it
             name = "arg_max_null" if isinstance(node, exp.ArgMax) else "arg_min_null"
             return exp.Anonymous(this=name, expressions=[node.this, node.expression])

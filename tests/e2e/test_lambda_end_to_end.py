@@ -44,9 +44,8 @@ class Day:
 # The seed is chosen so that every feature the tests check occurs.
 DAY_STREAMED = Day(3, 4, 25, TrafficOptions(orders_per_hour=300, late_fraction=0.05, duplicate_fraction=0.02,
                                             corrupt_fraction=0.01, late_beyond=timedelta(hours=1)))
-# Each lakehouse engine, and delta-rs with the pass on the driver (LAMBDALAKE_PASS_ENGINE=duckdb).
-# The lake engine, then the pass engine: the default (the driver's, on this local master), and
-# the Spark pass on delta-spark (a cluster's pair) and on delta-rs.
+# The lake engine, then the pass and batch engines: the default (the driver's, on this local
+# master), and Spark's on delta-spark (a cluster's pair) and on delta-rs.
 ENGINES = ["delta-rs", "delta-spark+spark", "delta-rs+spark"]
 
 
@@ -60,7 +59,8 @@ def lake(request, spark, tmp_path_factory):
     lakehouse_engine, _, pass_engine = request.param.partition("+")
     settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]",
                              shuffle_partitions=2, max_files_per_trigger=day.max_files_per_trigger,
-                             lakehouse_engine=lakehouse_engine, pass_engine=pass_engine or "auto")
+                             lakehouse_engine=lakehouse_engine, pass_engine=pass_engine or "auto",
+                             batch_engine=pass_engine or "auto")
     reason = delta_spark_unavailable_reason(settings) if lakehouse_engine == "delta-spark" else None
     if reason:
         print(f"SKIP delta-spark engine: {reason}")

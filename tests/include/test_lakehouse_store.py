@@ -132,22 +132,32 @@ def test_merge_validates_keys(store, spark):
         store.merge(name, rows(spark, (1, "a", 1.0, T0, D1)), keys=["key"])
 
 
-def test_replace_partition_leaves_other_partitions_untouched(store, spark):
+@pytest.fixture(params=["spark", "arrow"])
+def given(request, spark):
+    """Rows to write as a Spark DataFrame or as Arrow (the batch on the driver)."""
+    if request.param == "spark":
+        return lambda *values: rows(spark, *values)
+    return lambda *values: rows(spark, *values).toArrow()
+
+
+def test_replace_partition_leaves_other_partitions_untouched(store, spark, given):
     name = make_table(store)
     store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0, D1), (3, "c", 3.0, T0, D2)))
-    store.replace_partition(name, rows(spark, (10, "z", 9.0, T0, D1)), {"date": D1})
-    store.replace_partition(name, rows(spark, (10, "z", 9.0, T0, D1)), {"date": D1})  # idempotent
+    store.replace_partition(name, given((10, "z", 9.0, T0, D1)), {"date": D1})
+    store.replace_partition(name, given((10, "z", 9.0, T0, D1)), {"date": D1})  # idempotent
     expected = rows(spark, (10, "z", 9.0, T0, D1), (3, "c", 3.0, T0, D2))
     assertDataFrameEqual(store.read(name), expected)
 
 
-def test_replace_partition_refuses_rows_of_other_partitions(store, spark):
+def test_replace_partition_refuses_rows_of_other_partitions(store, spark, given):
     name = make_table(store)
     store.append(name, rows(spark, (3, "c", 3.0, T0, D2)))
     with pytest.raises(ValueError, match="rows outside partition"):
-        store.replace_partition(name, rows(spark, (1, "a", 1.0, T0, D2)), {"date": D1})
+        store.replace_partition(name, given((1, "a", 1.0, T0, D1), (1, "a", 1.0, T0, D2)), {"date": D1})
+    with pytest.raises(ValueError, match="rows outside partition"):  # no partition value
+        store.replace_partition(name, given((1, "a", 1.0, T0, None)), {"date": D1})
     with pytest.raises(ValueError, match=r"\['name'\] are not partition columns"):
-        store.replace_partition(name, rows(spark, (1, "a", 1.0, T0, D1)), {"name": "a"})
+        store.replace_partition(name, given((1, "a", 1.0, T0, D1)), {"name": "a"})
     assert store.read(name).count() == 1
 
 
