@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "recompute":
         print(recompute_day(store, settings, args.date))
     elif args.step == "reconcile":
-        print(reconcile_day(store, args.date))
+        print(reconcile_day(store, settings, args.date))
     else:
         print(run_batch(settings, args.date, store))
     return 0

@@ -55,7 +55,7 @@ def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None
     written = recompute_day(store, settings, day)
     log.info("batch %s: views rebuilt %s", day, written)
     starting(1, "reconciling with the speed views")
-    reconciliation = reconcile_day(store, day)
+    reconciliation = reconcile_day(store, settings, day)
     starting(2, "checking data quality")
     check_data_quality(settings, day, store)
     starting(3, "marking the day batch-covered")

@@ -5,72 +5,124 @@ a view that declares differences (order_payments: ``late_matches_recovered``; al
 unconfirmed per kind; revenue_by_segment_1h: orders enriched differently; the dimensions:
 differing customers) also gets them counted and kept in their own table. A dimension is compared
 as of the day's end: the speed rows not changed since against the batch's rebuild.
+
+Every step is SQL (the metrics, :func:`include.registry.speed_rows_sql`, the differences), run
+by the engine that rebuilt the day: DuckDB on Arrow rows read by the store on the driver, or
+Spark (``LAMBDALAKE_BATCH_ENGINE``, batch_layer/recompute.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from pyspark.sql import functions as F
+import pyarrow as pa
 
-from batch_layer.recompute import in_parallel
-from include import tables
+from batch_layer.recompute import in_parallel, on_driver
+from include import ddl, tables
+from include.config import Settings
+from include.coverage import input_days
 from include.lakehouse import LakehouseStore
-from include.registry import ViewSpec, combined, dimension_as_of
+from include.lakehouse.base import sql_literal
+from include.registry import ViewSpec, column_names, dimension_as_of_sql, speed_rows_sql
 from include.views import VIEWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-
-def _all(store: LakehouseStore, table: str, view: ViewSpec) -> DataFrame:
-    return store.read(table) if store.exists(table) else store.spark.createDataFrame([], view.schema)
+    Rows = DataFrame | pa.Table
 
 
-def _day(store: LakehouseStore, table: str, view: ViewSpec, day: date) -> DataFrame:
-    return _all(store, table, view).where(F.col("date") == F.lit(day))
+@dataclass(frozen=True)
+class Engine:
+    """Reads a view table's rows and runs SQL on them: DuckDB on the driver, or Spark."""
+
+    store: LakehouseStore
+    on_driver: bool
+
+    def read(self, table: str, fields: str, day: date | None) -> Rows:
+        """``fields`` of the table's rows of ``day`` (all rows without one; none without a table)."""
+        store, columns = self.store, column_names(fields)
+        where = None if day is None else f"date = {sql_literal(day)}"
+        if self.on_driver:
+            schema = ddl.arrow_schema(fields)
+            if not store.exists(table):
+                return schema.empty_table()
+            return store.select_arrow(table, columns, where).cast(schema)
+        if not store.exists(table):
+            return store.spark.createDataFrame([], ddl.spark_schema(fields))
+        rows = store.read(table).select(*columns)
+        return rows if where is None else rows.where(where)
+
+    def run(self, sql: str, inputs: Mapping[str, Rows]) -> Rows:
+        from include.views.sql import duckdb_rows, spark_rows
+
+        return duckdb_rows(sql, inputs) if self.on_driver else spark_rows(sql, inputs)
+
+    def first(self, sql: str, inputs: Mapping[str, Rows]) -> dict:
+        rows = self.run(sql, inputs)
+        return rows.to_pylist()[0] if self.on_driver else rows.first().asDict()
+
+    def with_day(self, rows: Rows, day: date) -> Rows:
+        """The rows with ``date`` set to ``day``."""
+        if self.on_driver:
+            return rows.set_column(rows.schema.get_field_index("date"), "date",
+                                   pa.array([day] * rows.num_rows, pa.date32()))
+        from pyspark.sql import functions as F
+
+        return rows.withColumn("date", F.lit(day))
 
 
-def _measure(rows: DataFrame, view: ViewSpec) -> dict[str, float]:
-    measured = rows.agg(*[F.expr(sql).alias(name) for name, sql in view.metrics.items()]).first().asDict()
-    return {name: float(value or 0) for name, value in measured.items()}
-
-
-def reconcile_day(store: LakehouseStore, day: date) -> list[dict]:
+def reconcile_day(store: LakehouseStore, settings: Settings, day: date) -> list[dict]:
     """Compare the day's speed and batch views; write and return the reconciliation rows."""
     computed_at = datetime.now(timezone.utc)
-    per_view = in_parallel({view.name: (_reconcile_view, store, view, day, computed_at) for view in VIEWS})
+    engine = Engine(store, on_driver(store, settings, input_days(store, settings, day)))
+    per_view = in_parallel({view.name: (_reconcile_view, engine, view, day, computed_at) for view in VIEWS})
     rows = [row for view in VIEWS for row in per_view[view.name]]
     store.ensure_table(tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA, ["date"])
-    frame = store.spark.createDataFrame(rows, tables.RECONCILIATION_SCHEMA)
-    store.replace_partition(tables.RECONCILIATION, frame, {"date": day})
+    written = pa.Table.from_pylist(rows, tables.arrow_schema(tables.RECONCILIATION_FIELDS))
+    store.replace_partition(tables.RECONCILIATION, written, {"date": day})
     return rows
 
 
-def _reconcile_view(store: LakehouseStore, view: ViewSpec, day: date, computed_at: datetime) -> list[dict]:
+def _reconcile_view(engine: Engine, view: ViewSpec, day: date, computed_at: datetime) -> list[dict]:
     """One view's reconciliation rows; its differences written to their own table."""
-    batch = _day(store, view.batch_table, view, day)
+    batch = engine.read(view.batch_table, view.fields, day)
     if view.kind == "dimension":  # the speed's state as of the day's end, against the rebuild
         cut = datetime.combine(day + timedelta(days=1), time.min, timezone.utc)
-        speed = _all(store, view.speed_table, view).withColumn("date", F.lit(day))
-        speed, batch = dimension_as_of(view, speed, batch, cut)
+        speed = engine.with_day(engine.read(view.speed_table, view.fields, None), day)
+        speed_as_of, batch_as_of = dimension_as_of_sql(view, cut)
+        speed, batch = (engine.run(speed_as_of, {"speed": speed}),
+                        engine.run(batch_as_of, {"speed": speed, "batch": batch}))
     else:
-        speed = combined(view, _day(store, view.speed_table, view, day))
-    speed_values, batch_values = _measure(speed, view), _measure(batch, view)
+        speed = engine.run(speed_rows_sql(view, "{speed}"),
+                           {"speed": engine.read(view.speed_table, view.speed_fields, day)})
+    speed_values, batch_values = _measure(engine, view.metrics, speed), _measure(engine, view.metrics, batch)
     rows = [_row(view.name, day, metric, speed_values[metric], batch_values[metric], computed_at)
             for metric in view.metrics]
     if view.differences:
-        differing = view.differences.rows(speed, batch, view).cache()
-        store.ensure_table(view.differences.table, view.differences_schema, ["date"])
-        store.replace_partition(view.differences.table, differing, {"date": day})
-        counted = differing.agg(
-            *[F.expr(sql).alias(name) for name, sql in view.differences.metrics.items()]
-        ).first()
-        for metric in view.differences.metrics:
-            rows.append(_row(view.name, day, metric, 0.0, float(counted[metric] or 0), computed_at))
-        differing.unpersist()
+        differences = view.differences
+        differing = engine.run(differences.rows(view), {"speed": speed, "batch": batch})
+        if engine.on_driver:
+            differing = differing.select(column_names(view.differences_fields)).cast(
+                ddl.arrow_schema(view.differences_fields))
+        else:
+            differing = differing.cache()
+        engine.store.ensure_table(differences.table, view.differences_schema, ["date"])
+        engine.store.replace_partition(differences.table, differing, {"date": day})
+        counted = _measure(engine, differences.metrics, differing)
+        rows += [_row(view.name, day, metric, 0.0, counted[metric], computed_at) for metric in differences.metrics]
+        if not engine.on_driver:
+            differing.unpersist()
     return rows
+
+
+def _measure(engine: Engine, metrics: Mapping[str, str], rows: Rows) -> dict[str, float]:
+    measured = engine.first(f"SELECT {', '.join(f'{sql} AS {name}' for name, sql in metrics.items())} FROM {{rows}}",
+                            {"rows": rows})
+    return {name: float(measured[name] or 0) for name in metrics}
 
 
 def _row(view: str, day: date, metric: str, speed: float, batch: float, computed_at: datetime) -> dict:

@@ -87,7 +87,9 @@ class Differences:
 
     table: str
     extra_fields: str  # columns besides the view's own, ``"name type, …"``
-    rows: Callable[[DataFrame, DataFrame, ViewSpec], DataFrame]  # (speed, batch, the view's spec) -> differing rows
+    # the view's spec -> Spark SQL over ``{speed}`` and ``{batch}`` (the day's rows of each layer,
+    # the view's columns) selecting the differing rows, the differences' columns in order
+    rows: Callable[[ViewSpec], str]
     metrics: Mapping[str, str]  # reconciliation metric -> SQL aggregate over those rows
     # False: the rows are not view rows (e.g. one per order of an aggregate); ``extra_fields``
     # are all their columns, ``date date`` last.
@@ -239,7 +241,7 @@ class ViewSpec:
     # "fact": rows of event-time days (the per-day merge rule). "dimension": a state built from
     # its inputs' whole history, late changes included; the batch rebuilds it as of the day's end
     # (stored under that ``date``) and serving takes, per key, the speed row when it changed after
-    # the last batch-covered day, else the batch row (:func:`dimension_as_of`). Its ``key_time``
+    # the last batch-covered day, else the batch row (:func:`dimension_as_of_sql`). Its ``key_time``
     # is an SQL expression: when the row last changed.
     kind: Literal["fact", "dimension"] = "fact"
     # Dimension views the definition joins, handed to it by name: the speed layer's table as it
@@ -320,9 +322,13 @@ class ViewSpec:
         return struct(self.speed_fields)
 
     @property
-    def differences_schema(self) -> StructType:
+    def differences_fields(self) -> str:
         extra = self.differences.extra_fields
-        return struct(f"{self.fields}, {extra}" if self.differences.view_fields else extra)
+        return f"{self.fields}, {extra}" if self.differences.view_fields else extra
+
+    @property
+    def differences_schema(self) -> StructType:
+        return struct(self.differences_fields)
 
     @property
     def columns(self) -> list[str]:
@@ -378,16 +384,8 @@ def merged_partials_sql(view: ViewSpec, relation: str) -> str:
     return f"SELECT {', '.join(items)} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 
 
-def combined(view: ViewSpec, rows: DataFrame) -> DataFrame:
-    """A view's speed rows as its columns, one per key (partials merged when read are merged)."""
-    partials = view.speed.partials
-    if partials is None:
-        return rows
-    return (merged_partials(view, rows) if partials.merged == "read" else rows).select(*column_names(view.fields))
-
-
 def combined_sql(view: ViewSpec, relation: str) -> str:
-    """:func:`combined` of a view whose partials are merged when read, in SQL over ``relation``,
+    """:func:`speed_rows_sql` of a view whose partials are merged when read, over ``relation``,
     its served columns only (serving's DuckDB runs it)."""
     merge = view.speed.partials.merge
     merged = [f"{sql} AS {name}" for name, sql in merge.items() if name not in view.hidden]
@@ -404,35 +402,42 @@ def state_topics(views: list[ViewSpec]) -> tuple[str, ...]:
     return input_topics([view for view in views if view.kind == "dimension"])
 
 
-def dimension_as_of(view: ViewSpec, speed: DataFrame, batch: DataFrame, cut: datetime) -> tuple[DataFrame, DataFrame]:
-    """The two layers' rows of a dimension as of ``cut`` (a batch-covered day's end): the speed
-    rows that have not changed since, and the batch rows of keys the speed has not changed since.
-    Serving shows the second and every speed row changed since (``merged_dimension_sql``)."""
-    from pyspark.sql import functions as F
+def dimension_as_of_sql(view: ViewSpec, cut: datetime) -> tuple[str, str]:
+    """SQL over ``{speed}`` and ``{batch}``: the two layers' rows of a dimension as of ``cut`` (a
+    batch-covered day's end): the speed rows that have not changed since, and the batch rows of
+    keys the speed has not changed since. Serving shows the second and every speed row changed
+    since (``merged_dimension_sql``)."""
+    changed = f"{view.key_time} >= {sql_time(cut)}"
+    same_key = " AND ".join(f"s.{key} = b.{key}" for key in view.keys)
+    return (f"SELECT * FROM {{speed}} WHERE NOT ({changed})",
+            # unqualified, the key time's columns are the inner query's (the speed row's)
+            f"SELECT * FROM {{batch}} AS b WHERE NOT EXISTS (SELECT 1 FROM {{speed}} AS s WHERE {same_key} "
+            f"AND {changed})")
 
-    changed = F.expr(view.key_time) >= F.lit(cut)
-    since = speed.where(changed).select(*view.keys)
-    return speed.where(~changed), batch.join(since, list(view.keys), "left_anti")
+
+def speed_rows_sql(view: ViewSpec, relation: str) -> str:
+    """SQL over ``relation``: a day's speed rows as the view's columns, one per
+    key (partials merged when read are merged)."""
+    partials = view.speed.partials
+    if partials is not None and partials.merged == "read":
+        relation = f"({merged_partials_sql(view, relation)})"
+    return f"SELECT {', '.join(column_names(view.fields))} FROM {relation} AS speed_rows"
 
 
-def rows_that_differ(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
-    """The rows of keys on which two sets of a view's rows (one ``date``) disagree, a missing row
-    included, each with ``difference``: ``only_speed``, ``only_batch`` or ``values`` (the batch's
-    row is shown)."""
-    from pyspark.sql import functions as F
-
-    fields, keys = spec.fields, spec.keys
-    values = [name for name in column_names(fields) if name not in keys]
-    s = speed.select(*keys, F.struct(*values).alias("_speed"))
-    b = batch.select(*keys, F.struct(*values).alias("_batch"))
-    differ = F.lit(False)
-    for name in values:
-        if name != "date":
-            differ = differ | ~F.col(f"_batch.{name}").eqNullSafe(F.col(f"_speed.{name}"))
-    kind = (F.when(F.col("_batch").isNull(), "only_speed").when(F.col("_speed").isNull(), "only_batch")
-            .when(differ, "values"))
-    shown = {name: F.when(F.col("_batch").isNotNull(), F.col(f"_batch.{name}")).otherwise(F.col(f"_speed.{name}"))
-             for name in values}
-    return (b.join(s, list(keys), "full_outer").withColumn("difference", kind).where(F.col("difference").isNotNull())
-            .select(*[F.col(name) if name in keys else shown[name].alias(name) for name in column_names(fields)],
-                    "difference"))
+def rows_that_differ(spec: ViewSpec) -> str:
+    """:attr:`Differences.rows`: the rows of keys on which the layers' rows of a view (one
+    ``date``) disagree, a missing row included, each with ``difference``: ``only_speed``,
+    ``only_batch`` or ``values`` (the batch's row is shown)."""
+    keys, columns = spec.keys, column_names(spec.fields)
+    values = [name for name in columns if name not in keys]
+    differ = " OR ".join(f"b.{name} IS DISTINCT FROM s.{name}" for name in values if name != "date") or "false"
+    shown = ", ".join(f"coalesce(b.{name}, s.{name}) AS {name}" if name in keys
+                      else f"CASE WHEN b._present THEN b.{name} ELSE s.{name} END AS {name}" for name in columns)
+    on = " AND ".join(f"b.{key} = s.{key}" for key in keys)
+    return f"""
+        SELECT * FROM (
+            SELECT {shown}, CASE WHEN b._present IS NULL THEN 'only_speed' WHEN s._present IS NULL THEN 'only_batch'
+                                 WHEN {differ} THEN 'values' END AS difference
+            FROM (SELECT *, true AS _present FROM {{batch}}) AS b
+                 FULL OUTER JOIN (SELECT *, true AS _present FROM {{speed}}) AS s ON {on}) AS compared
+        WHERE difference IS NOT NULL"""

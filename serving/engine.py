@@ -57,12 +57,6 @@ def merged(view: ViewSpec, batch: str, speed: str) -> str:
     """
 
 
-def differences_fields(view: ViewSpec) -> str:
-    """The declared fields of a view's differences table: its ``differences_schema`` without Spark."""
-    extra = view.differences.extra_fields
-    return f"{view.fields}, {extra}" if view.differences.view_fields else extra
-
-
 def speed_relation(view: ViewSpec) -> str:
     return f"speed_{view.name}"
 
@@ -111,7 +105,7 @@ for _view in VIEWS:
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.fields)
     VIEWS_SQL[_view.name] = merged(_view, internal(batch_relation(_view)), internal(speed_relation(_view)))
     if _view.differences:
-        SOURCES[_view.differences.table] = (_view.differences.table, differences_fields(_view))
+        SOURCES[_view.differences.table] = (_view.differences.table, _view.differences_fields)
         VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM {internal(_view.differences.table)}"
 QUERYABLE = sorted(VIEWS_SQL)
 

@@ -65,7 +65,7 @@ class MergeBatch:
 class CombineBatch:
     """``foreachBatch`` of a view without streaming state (partials merged when read): the
     definition on this micro-batch alone, appended exactly once. Readers add up a key's rows
-    (:func:`include.registry.combined`), so a micro-batch costs its own rows, not the window's."""
+    (:func:`include.registry.speed_rows_sql`), so a micro-batch costs its own rows, not the window's."""
 
     def __init__(self, store: LakehouseStore, view: ViewSpec, settings: Settings) -> None:
         self.store, self.view, self.settings, self.query = store, view, settings, view.speed_query

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.notifier import announce_alerts
-from include.registry import Differences, Lookback, PassStep, Speed, ViewContext, ViewSpec, view
+from include.registry import Differences, Lookback, PassStep, Speed, ViewContext, ViewSpec, column_names, view
 from include.views.rules import window_start_sql
 
 if TYPE_CHECKING:
@@ -35,15 +35,16 @@ def alert_precedence(row: str) -> list[str]:
     return [f"{row}detected_at", f"-{row}value"]
 
 
-def alert_differences(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+def alert_differences(spec: ViewSpec) -> str:
     """Alerts the batch found and the stream did not (``missed``: late data) and alerts the stream
     raised that the batch does not confirm (``unconfirmed``)."""
-    from pyspark.sql import functions as F
-
-    missed = batch.join(speed.select("alert_id"), "alert_id", "left_anti").withColumn("difference", F.lit("missed"))
-    unconfirmed = (speed.join(batch.select("alert_id"), "alert_id", "left_anti")
-                   .withColumn("difference", F.lit("unconfirmed")))
-    return missed.unionByName(unconfirmed)
+    columns = ", ".join(column_names(spec.fields))
+    return f"""
+        SELECT {columns}, 'missed' AS difference FROM {{batch}} AS b
+        WHERE NOT EXISTS (SELECT 1 FROM {{speed}} AS s WHERE s.alert_id = b.alert_id)
+        UNION ALL
+        SELECT {columns}, 'unconfirmed' AS difference FROM {{speed}} AS s
+        WHERE NOT EXISTS (SELECT 1 FROM {{batch}} AS b WHERE b.alert_id = s.alert_id)"""
 
 
 @view(

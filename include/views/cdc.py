@@ -143,21 +143,19 @@ def customers_history_step(step: PassStep) -> pa.Table:
     return step.query(history_sql(f"({both})"), {"customers_cdc": changes, "stored": stored})
 
 
-def orders_enriched_differently(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+def orders_enriched_differently(spec: ViewSpec) -> str:
     """Orders both layers counted under different segments (the customer's segment changed
     between the order and the stream's processing of it), with their amounts."""
-    from pyspark.sql import functions as F
+    def per_order(side: str) -> str:  # an order and its amount are at the same place in their lists
+        return f"""
+            SELECT order_id, order_amounts[at] AS amount, window_start, segment, date
+            FROM (SELECT window_start, segment, date, order_amounts, posexplode(order_ids) AS (at, order_id)
+                  FROM {{{side}}})"""
 
-    def per_order(rows: DataFrame, side: str) -> DataFrame:
-        order = F.explode(F.arrays_zip("order_ids", "order_amounts")).alias("o")
-        return rows.select("window_start", "segment", "date", order).select(
-            F.col("o.order_ids").alias("order_id"), F.col("o.order_amounts").alias("amount"), "window_start",
-            F.col("segment").alias(f"{side}_segment"), "date")
-
-    speed_segments = per_order(speed, "speed").select("order_id", "speed_segment")
-    return per_order(batch, "batch").join(speed_segments, "order_id").where(
-        F.col("speed_segment") != F.col("batch_segment")
-    ).select("order_id", "amount", "window_start", "speed_segment", "batch_segment", "date")
+    return f"""
+        SELECT b.order_id, b.amount, b.window_start, s.segment AS speed_segment, b.segment AS batch_segment, b.date
+        FROM ({per_order("batch")}) AS b JOIN ({per_order("speed")}) AS s ON s.order_id = b.order_id
+        WHERE s.segment <> b.segment"""
 
 
 @view(

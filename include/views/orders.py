@@ -62,16 +62,12 @@ def best_order_status(rows: DataFrame) -> DataFrame:
     return best_per_key(rows, ["order_id"], order_precedence)
 
 
-def late_paid_orders(speed: DataFrame, batch: DataFrame, spec: ViewSpec) -> DataFrame:
+def late_paid_orders(spec: ViewSpec) -> str:
     """Orders paid in the batch view whose speed row is missing or not paid."""
-    from pyspark.sql import functions as F
-
-    speed_status = speed.select("order_id", F.col("status").alias("speed_status"))
-    return (
-        batch.where(F.col("status") == "paid")
-        .join(speed_status, "order_id", "left")
-        .where(F.col("speed_status").isNull() | (F.col("speed_status") != "paid"))
-    )
+    return f"""
+        SELECT {", ".join(f"b.{name}" for name in ORDER_PAYMENTS_COLUMNS)}, s.status AS speed_status
+        FROM {{batch}} AS b LEFT JOIN {{speed}} AS s ON s.order_id = b.order_id
+        WHERE b.status = 'paid' AND (s.status IS NULL OR s.status <> 'paid')"""
 
 
 @view(

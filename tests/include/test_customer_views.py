@@ -197,9 +197,13 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     streaming state: each micro-batch appends its own rows, which readers (Spark and serving's
     DuckDB) add up per key (revenue exact in decimal), and a replayed micro-batch adds nothing."""
     from include.lakehouse import open_store
-    from include.registry import combined
+    from include.registry import speed_rows_sql
+    from include.views.sql import spark_rows
     from serving.engine import ServingEngine
     from speed_layer.gold import CombineBatch
+
+    def speed_rows(view, rows):
+        return spark_rows(speed_rows_sql(view, "{rows}"), {"rows": rows})
 
     store = open_store(settings, spark, engine="delta-rs")
     view, dimension = VIEWS_BY_NAME["revenue_by_segment_1h"], VIEWS_BY_NAME["customers_history"]
@@ -216,7 +220,7 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
         batches[batch_id] = batch.collect()
         combine(batch, batch_id)
         seen.append(sorted((r["segment"], r["revenue"], r["orders"], r["order_ids"])
-                           for r in combined(view, store.read(view.speed_table)).collect()))
+                           for r in speed_rows(view, store.read(view.speed_table)).collect()))
 
     query = (spark.readStream.schema(ORDERS).parquet(str(folder / "*")).writeStream.foreachBatch(merge)
              .option("checkpointLocation", str(settings.checkpoints_dir / "enrich"))
@@ -238,7 +242,7 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     last = max(batches)
     combine(spark.createDataFrame(batches[last], ORDERS), last)  # a replay of a committed micro-batch
     assert sorted((r["segment"], r["revenue"], r["orders"])
-                  for r in combined(view, store.read(view.speed_table)).collect()) == [
+                  for r in speed_rows(view, store.read(view.speed_table)).collect()) == [
         ("consumer", 0.3, 2), ("premium", 5.0, 1)]
     # Stored: a row per key and micro-batch, none rewritten; served: added up.
     assert sorted((r["segment"], r["order_ids"]) for r in store.read(view.speed_table).collect()) == [
@@ -256,6 +260,7 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
                                               ("C1", "premium", t(20), None, False),
                                               ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
-    differing = view.differences.rows(combined(view, store.read(view.speed_table)), batch, view).collect()
+    differing = spark_rows(view.differences.rows(view), {"speed": speed_rows(view, store.read(view.speed_table)),
+                                                         "batch": batch}).collect()
     assert [(r["order_id"], r["amount"], r["speed_segment"], r["batch_segment"]) for r in differing] == [
         ("o2", 5.0, "premium", "consumer")]

@@ -8,7 +8,6 @@ from pyspark.sql.types import ArrayType, LongType, StringType, StructField, Stru
 
 from include import ddl, schemas, tables
 from include.views import VIEWS
-from serving.engine import differences_fields
 
 
 def declarations() -> dict[str, str]:
@@ -17,7 +16,7 @@ def declarations() -> dict[str, str]:
     declared |= {f"tables.{name}": value for name, value in vars(tables).items() if name.endswith("_FIELDS")}
     declared |= {f"silver/{topic}": tables.silver_fields(topic) for topic in schemas.TOPICS}
     declared |= {f"view {view.name}": view.fields for view in VIEWS}
-    declared |= {f"differences {view.name}": differences_fields(view) for view in VIEWS if view.differences}
+    declared |= {f"differences {view.name}": view.differences_fields for view in VIEWS if view.differences}
     return declared
 
 
@@ -36,7 +35,7 @@ def test_views_derive_the_registry_schemas():
     for view in VIEWS:
         assert ddl.spark_schema(view.fields) == view.schema, view.name
         if view.differences:
-            assert ddl.spark_schema(differences_fields(view)) == view.differences_schema, view.name
+            assert ddl.spark_schema(view.differences_fields) == view.differences_schema, view.name
 
 
 def test_nested_and_required_fields():
