@@ -17,6 +17,10 @@ CUSTOMER_FIELDS = "customer_id string, name string, email string, segment string
 CUSTOMER_COLUMNS = ("name", "email", "segment", "country")
 SEGMENT_WINDOW, SEGMENT_SECONDS = "1 hour", 3600
 UNKNOWN_SEGMENT = "unknown"
+# revenue_by_segment_1h's counted orders, each with its amount (at the same place in their lists),
+# as structs. A lambda's index counts from 0 in Spark and from 1 in DuckDB, as each engine's
+# subscript does, so both pair them alike (sqlglot shifts only literal subscripts).
+COUNTED_ORDERS = "transform(order_ids, (order_id, at) -> struct(order_id AS order_id, order_amounts[at] AS amount))"
 
 
 def customer_changes(source: str) -> str:
@@ -146,11 +150,10 @@ def customers_history_step(step: PassStep) -> pa.Table:
 def orders_enriched_differently(spec: ViewSpec) -> str:
     """Orders both layers counted under different segments (the customer's segment changed
     between the order and the stream's processing of it), with their amounts."""
-    def per_order(side: str) -> str:  # an order and its amount are at the same place in their lists
+    def per_order(side: str) -> str:
         return f"""
-            SELECT order_id, order_amounts[at] AS amount, window_start, segment, date
-            FROM (SELECT window_start, segment, date, order_amounts, posexplode(order_ids) AS (at, order_id)
-                  FROM {{{side}}})"""
+            SELECT counted.order_id, counted.amount, window_start, segment, date
+            FROM (SELECT window_start, segment, date, explode({COUNTED_ORDERS}) AS counted FROM {{{side}}})"""
 
     return f"""
         SELECT b.order_id, b.amount, b.window_start, s.segment AS speed_segment, b.segment AS batch_segment, b.date
@@ -183,8 +186,7 @@ def orders_enriched_differently(spec: ViewSpec) -> str:
         partials=Partials(merged="read", merge={
             "revenue": money_sum_sql("revenue"),
             "orders": "CAST(sum(orders) AS BIGINT)",
-            **{name: f"transform(array_sort(flatten(collect_list(transform(order_ids, (order_id, at) -> "
-                     f"struct(order_id AS order_id, order_amounts[at] AS amount))))), counted -> counted.{field})"
+            **{name: f"transform(array_sort(flatten(collect_list({COUNTED_ORDERS}))), counted -> counted.{field})"
                for name, field in (("order_ids", "order_id"), ("order_amounts", "amount"))},
         }),
     ),

@@ -198,7 +198,7 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
     DuckDB) add up per key (revenue exact in decimal), and a replayed micro-batch adds nothing."""
     from include.lakehouse import open_store
     from include.registry import speed_rows_sql
-    from include.views.sql import spark_rows
+    from include.views.sql import duckdb_rows, spark_rows
     from serving.engine import ServingEngine
     from speed_layer.gold import CombineBatch
 
@@ -260,7 +260,10 @@ def test_speed_enrichment_follows_the_dimension_while_the_stream_runs(spark, set
                                               ("C1", "premium", t(20), None, False),
                                               ("C2", "consumer", t(0), None, False)])},
         ViewContext(settings, exact=True))
-    differing = spark_rows(view.differences.rows(view), {"speed": speed_rows(view, store.read(view.speed_table)),
-                                                         "batch": batch}).collect()
+    layers = {"speed": speed_rows(view, store.read(view.speed_table)), "batch": batch}
+    differing = spark_rows(view.differences.rows(view), layers).toArrow().to_pylist()
     assert [(r["order_id"], r["amount"], r["speed_segment"], r["batch_segment"]) for r in differing] == [
         ("o2", 5.0, "premium", "consumer")]
+    # DuckDB (the batch on the driver) pairs each order with its amount alike
+    assert duckdb_rows(view.differences.rows(view), {name: rows.toArrow() for name, rows in layers.items()}
+                       ).to_pylist() == differing
