@@ -14,7 +14,7 @@ query's size is paid again in every micro-batch (planning, generated code) and e
 
 from __future__ import annotations
 
-from functools import reduce
+from functools import lru_cache, reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -142,17 +142,23 @@ def with_reason(lines: DataFrame, topic: str | None = None, max_line_bytes: int 
     """``lines`` (from :func:`parse_topic`) with ``reason``: for a rejected line the first check
     it fails, else NULL. The topic is ``topic``, or each line's ``topic`` column. Meant for the
     rejected lines only (the DLQ's writer): its expressions are large."""
-    if topic is not None:
-        reason = precise_reason(topic, max_line_bytes)
-    else:
-        reason = None
-        for name in TOPICS:
-            named = precise_reason(name, max_line_bytes)
-            reason = (F.when(F.col("topic") == name, named) if reason is None
-                      else reason.when(F.col("topic") == name, named))
+    reason = _reason(topic, max_line_bytes, lines.sparkSession.sparkContext.applicationId)
     within_limit = F.col("rejected") & (F.length("value") <= max_line_bytes)
     parsed = F.when(within_limit, F.expr("try_parse_json(cast(value AS STRING))"))
     return lines.withColumn(JSON, parsed).withColumn("reason", F.when(F.col("rejected"), reason)).drop(JSON)
+
+
+@lru_cache(maxsize=64)
+def _reason(topic: str | None, max_line_bytes: int, application: str) -> Column:
+    """:func:`with_reason`'s expression, built once per Spark application: it has thousands of
+    nodes, each a call into the JVM (1.5–2 s per micro-batch with rejected lines, DECISIONS.md)."""
+    if topic is not None:
+        return precise_reason(topic, max_line_bytes)
+    reason = None
+    for name in TOPICS:
+        named = precise_reason(name, max_line_bytes)
+        reason = F.when(F.col("topic") == name, named) if reason is None else reason.when(F.col("topic") == name, named)
+    return reason
 
 
 FIELDS = "_fields"  # the line's top-level fields, each a VARIANT: their JSON types

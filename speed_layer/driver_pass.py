@@ -4,8 +4,8 @@ The flagged micro-batch comes to the driver as Arrow in one Spark job, every lin
 Bronze is written from it, then its copies are dropped (:mod:`speed_layer.dedup`); Silver,
 late_events and the feeds are written from the rest with delta-rs and pyarrow, and the pass's views declared in SQL run
 in DuckDB on it (speed_layer/view_pass.py, include/views/sql.py): a small micro-batch then costs
-no Spark job beyond that one (the DLQ keeps its Spark job: the shared parser names a line's
-reason, and rejected lines are rare).
+no Spark job beyond that one (the DLQ keeps a small local one: the shared parser names the
+reasons of the rejected lines, which are rare, from their bytes at hand).
 """
 
 from __future__ import annotations

@@ -59,6 +59,8 @@ FEED_TOPICS = input_topics(VIEWS)
 STATE_TOPICS = state_topics(VIEWS)
 VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
+# What the DLQ's rows are made of (IngestBatch._dlq_rows).
+DLQ_SOURCE_COLUMNS = ["topic", "value", "rejected", "source", "ingested_at", "batch_id"]
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -217,7 +219,7 @@ class IngestBatch:
         batch = with_batch_values(batch, pa.table(values), on="topic")
         late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
         batch = batch.withColumn("is_late", late)
-        if not on_driver:  # its writes each read it; on the driver only the (rare) DLQ reads it again
+        if not on_driver:  # its writes each read it
             batch = batch.persist()
         started = time.perf_counter()
         try:
@@ -281,7 +283,11 @@ class IngestBatch:
             appends |= {tables.bronze(topic): driver_pass.bronze_rows(raw, topic)
                         for topic, count in sorted(counts.items()) if count["bronze_rows"]}
         if any(count["dlq_rows"] for count in counts.values()):
-            appends[tables.DLQ] = self._dlq_rows(batch, self.settings.max_line_bytes)
+            # On the driver its rejected lines are at hand: the parser names their reasons in a
+            # small local job instead of reading and parsing the micro-batch's files again.
+            rejected = (batch.sparkSession.createDataFrame(raw.filter(raw["rejected"]).select(DLQ_SOURCE_COLUMNS))
+                        if on_driver else batch)
+            appends[tables.DLQ] = self._dlq_rows(rejected, self.settings.max_line_bytes)
         if any(count["late_rows"] for count in counts.values()):
             appends[tables.LATE_EVENTS] = driver_pass.late_rows(arrow) if on_driver else self._late_rows(batch)
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
