@@ -282,17 +282,13 @@ class IngestBatch:
         if on_driver:  # Bronze, every line (no Bronze query runs)
             appends |= {tables.bronze(topic): driver_pass.bronze_rows(raw, topic)
                         for topic, count in sorted(counts.items()) if count["bronze_rows"]}
-        if any(count["dlq_rows"] for count in counts.values()):
-            # On the driver its rejected lines are at hand: the parser names their reasons in a
-            # small local job instead of reading and parsing the micro-batch's files again.
-            rejected = (batch.sparkSession.createDataFrame(raw.filter(raw["rejected"]).select(DLQ_SOURCE_COLUMNS))
-                        if on_driver else batch)
-            appends[tables.DLQ] = self._dlq_rows(rejected, self.settings.max_line_bytes)
         if any(count["late_rows"] for count in counts.values()):
             appends[tables.LATE_EVENTS] = driver_pass.late_rows(arrow) if on_driver else self._late_rows(batch)
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
         writes = {name: partial(self.store.append, name, rows, txn) for name, rows in appends.items()}
+        if any(count["dlq_rows"] for count in counts.values()):  # its plan too is built beside the others
+            writes[tables.DLQ] = partial(self._append_dlq, batch, raw, txn)
         if on_driver:
             columns = [field.name for field in feed_schema().fields]
             writes["feeds"] = partial(driver_pass.write_feeds, wanted, feed_topics, columns, self.settings.feeds_dir,
@@ -363,6 +359,14 @@ class IngestBatch:
         return batch.where((F.col("topic") == topic) & ~F.col("rejected")).select(
             f"{record_column(topic)}.*", *extra, F.to_date("event_time").alias("date")
         )
+
+    def _append_dlq(self, batch: DataFrame, raw: pa.Table | None, txn: Txn) -> None:
+        """The micro-batch's rejected lines into the DLQ. On the driver they are at hand (``raw``):
+        the parser names their reasons in a small local job instead of reading and parsing the
+        micro-batch's files again."""
+        if raw is not None:
+            batch = batch.sparkSession.createDataFrame(raw.filter(raw["rejected"]).select(DLQ_SOURCE_COLUMNS))
+        self.store.append(tables.DLQ, self._dlq_rows(batch, self.settings.max_line_bytes), txn)
 
     @staticmethod
     def _dlq_rows(batch: DataFrame, max_line_bytes: int) -> DataFrame:
