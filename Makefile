@@ -14,12 +14,12 @@ PLATFORM_HOME ?= $(CURDIR)/.lambdalake/platform
 
 install: $(STAMP) $(SPARK_JARS)/.packages
 
-# Re-runs only when the lock or the project metadata change.
+# Re-runs only when the lock or the project metadata change. Bytecode is compiled here: where it
+# is never written (PYTHONDONTWRITEBYTECODE), every process would compile pyspark, Airflow & co.
+# from source again (~4 s per process; benchmarks/DECISIONS.md).
 $(STAMP): requirements/lock.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.8
-	# Compiled once here: where bytecode is never written (PYTHONDONTWRITEBYTECODE), every process
-	# would compile pyspark, Airflow & co. from source again (~4 s per process; DECISIONS.md).
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -r requirements/lock.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)

@@ -1,6 +1,7 @@
 """The nightly batch on a big day: ``lambdalake batch --date`` over a day of ``--events`` events.
 
     .venv/bin/python benchmarks/nightly_batch.py [--events 10000000] [--date 2026-11-21] [--engines E ...]
+                                                 [--batch-engines B ...]
 
 1. Spark writes the day straight into Bronze (the master dataset, as the stream would have left
    it: raw JSON lines with their ingestion metadata), in the generator's mix: clicks 70%, sensors
@@ -11,8 +12,9 @@
    reconciliation reports every batch row as a difference.
 2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it,
    once per lakehouse engine (``--engines``; each on its own copy of Bronze, which delta-rs wrote:
-   the other engine reads it as it is); then checks the batch views' totals against the generated
-   counts.
+   the other engine reads it as it is) and batch engine (``--batch-engines``:
+   ``LAMBDALAKE_BATCH_ENGINE``, DuckDB on the driver or Spark); then checks the batch views' totals
+   against the generated counts.
 
 Writes a Markdown report to ``benchmarks/results/nightly_batch.md``.
 """
@@ -120,6 +122,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--date", type=date.fromisoformat, default=date(2026, 11, 21))
     parser.add_argument("--engines", nargs="+", choices=["delta-rs", "delta-spark"], default=["delta-rs"])
+    parser.add_argument("--batch-engines", nargs="+", choices=["auto", "duckdb", "spark"], default=["auto"])
     args = parser.parse_args()
 
     from include import tables
@@ -150,10 +153,10 @@ def main() -> None:
     spark.stop()
 
     runs = {}
-    for engine in args.engines:
-        engine_home = home.with_name(f"{home.name}-{engine}")
+    for engine, batch_engine in [(e, b) for e in args.engines for b in args.batch_engines]:
+        engine_home = home.with_name(f"{home.name}-{engine}-{batch_engine}")
         shutil.copytree(home, engine_home)
-        env = {**os.environ, "LAMBDALAKE_LAKEHOUSE_ENGINE": engine}
+        env = {**os.environ, "LAMBDALAKE_LAKEHOUSE_ENGINE": engine, "LAMBDALAKE_BATCH_ENGINE": batch_engine}
         started = time.monotonic()
         run = subprocess.run(
             [LAMBDALAKE, "batch", "--home", str(engine_home), "--date", args.date.isoformat(), "--format", "json"],
@@ -171,9 +174,9 @@ def main() -> None:
              "(SELECT count(*) FROM customers) AS customers, "
              f"(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN {SEGMENTS}) AS enriched"],
             capture_output=True, text=True, check=True, env=env)
-        runs[engine] = (seconds, __import__("json").loads(check.stdout)[0])
+        runs[f"{engine}, batch engine {batch_engine}"] = (seconds, __import__("json").loads(check.stdout)[0])
         shutil.rmtree(engine_home, ignore_errors=True)
-    served = runs[args.engines[0]][1]
+    served = next(iter(runs.values()))[1]
     events_of_day = sum(counts.values())
     report = [
         "# Nightly batch benchmark", "",
@@ -183,11 +186,11 @@ def main() -> None:
         f"duplicate lines, {lines:,} lines in all, written by Spark straight into Bronze in {written:.0f} s.", "",
         f"`lambdalake batch --date {args.date}`, in its own process: JVM start-up, recompute of every view, "
         "reconciliation, data quality, coverage.", "",
-        "| engine | seconds | events/s |",
+        "| lakehouse engine, batch engine | seconds | events/s |",
         "|---|---:|---:|",
         *[f"| {engine} | {seconds:.1f} | {events_of_day / seconds:,.0f} |" for engine, (seconds, _) in runs.items()],
         "",
-        f"Every engine served the same totals: {'yes' if all(r[1] == served for r in runs.values()) else 'NO'}. "
+        f"Every run served the same totals: {'yes' if all(r[1] == served for r in runs.values()) else 'NO'}. "
         "Checked after the run (served from the batch views): "
         f"orders {served['orders']:,} of {counts['orders']:,}; paid orders {served['paid']:,} (every order is paid, "
         f"those paid after midnight included); sensor readings {served['readings']:,} of {counts['sensors']:,}; "
