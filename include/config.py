@@ -114,8 +114,9 @@ class Settings(BaseSettings):
     pass_engine: Literal["auto", "spark", "duckdb"] = "auto"
     # Who runs the nightly batch's views: "duckdb" on the driver, over the day's events that Spark
     # parsed, or "spark". "auto": the driver on a local master for a day of at most a few million
-    # Bronze rows (batch_layer/recompute.py).
-    batch_engine: Literal["auto", "spark", "duckdb"] = "auto"
+    # Bronze rows (batch_layer/recompute.py); the demo uses it. Spark by default until a full
+    # disk during a DuckDB batch is sure to fail in one line (it once exited without one).
+    batch_engine: Literal["auto", "spark", "duckdb"] = "spark"
     # How often the stream compacts the small files of the tables it appends to (0: never; the
     # daily maintenance does all tables): speed_layer/compaction.py.
     stream_compaction_interval: timedelta = Field(default=timedelta(minutes=10), ge=timedelta(0))

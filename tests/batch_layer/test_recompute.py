@@ -31,6 +31,7 @@ def land(store, topic: str, day: date, lines: int) -> None:
 
 
 def test_auto_runs_a_moderate_day_on_a_local_masters_driver(settings, monkeypatch):
+    settings = settings.model_copy(update={"batch_engine": "auto"})
     store = open_store(settings)
     land(store, "orders", DAY, 3)
     days = input_days(store, settings, DAY)
@@ -53,7 +54,7 @@ def test_duckdb_is_refused_for_a_view_it_cannot_run(settings, monkeypatch):
     monkeypatch.setattr(recompute, "VIEWS", [replace(view, declared_in_sql=False), *VIEWS[1:]])
     with pytest.raises(ConfigError, match=f"LAMBDALAKE_BATCH_ENGINE=duckdb: {view.name} not declared in SQL"):
         recompute.on_driver(store, settings.model_copy(update={"batch_engine": "duckdb"}), {})
-    assert not recompute.on_driver(store, settings, {})  # auto: Spark runs it
+    assert not recompute.on_driver(store, settings.model_copy(update={"batch_engine": "auto"}), {})  # Spark runs it
 
 
 def test_both_engines_rebuild_and_reconcile_a_day_alike(streamed_lake, tmp_path):
