@@ -20,13 +20,12 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-from include.schemas import CDC_OPS, CLICK_ACTIONS, CUSTOMER_ROW_SCHEMA, TOPICS
+from include.schemas import CDC_IMAGES, CDC_TS_MS_RANGE, CUSTOMER_ROW_SCHEMA, ENUMS, TOPICS
 
 DEFAULT_MAX_LINE_BYTES = 1024 * 1024
 JSON = "_json"  # the whole line as a VARIANT, parsed only where a reason must be named
 # ISO-8601 with seconds and a mandatory zone ('Z' or an offset); ranges are checked by the cast.
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
-ENUMS = {("clicks", "action"): CLICK_ACTIONS, ("customers_cdc", "op"): CDC_OPS}
 NUMBER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "FLOAT", "DOUBLE")
 INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 
@@ -103,8 +102,12 @@ def _field_problems(topic: str, schema: StructType, prefix: str = "") -> list[tu
 def _cdc_problems() -> list[tuple[Column, Column]]:
     """Debezium rules: c/r/u carry the new row in ``after``, d the old row in ``before``."""
     problems = _field_problems("customers_cdc", TOPICS["customers_cdc"].schema)
+    millis = F.expr(f"try_variant_get({JSON}, '$.ts_ms', 'bigint')")
+    low, high = CDC_TS_MS_RANGE
+    problems.append(((millis < low) | (millis > high),
+                     F.format_string("ts_ms out of range: %d (years 1 to 9999)", millis)))
     op = _string("op")
-    for image, ops in (("after", ("c", "r", "u")), ("before", ("d",))):
+    for image, ops in CDC_IMAGES.items():
         needed = op.isin(*ops)
         missing = _field(image).isNull() | F.expr(f"is_variant_null(variant_get({JSON}, '$.{image}'))")
         problems.append((needed & missing, F.format_string(f"missing field '{image}' for op '%s'", op)))
@@ -237,26 +240,35 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
     """
     if topic not in TOPICS:
         raise ValueError(f"unknown topic '{topic}' (expected one of {', '.join(TOPICS)})")
+    for step in _parse_steps(topic, max_line_bytes, raw.sparkSession.sparkContext.applicationId):
+        raw = raw.withColumns(step)
+    return raw.drop(FIELDS, VALUES, TIME, JSON)
+
+
+@lru_cache(maxsize=64)
+def _parse_steps(topic: str, max_line_bytes: int, application: str) -> list[dict[str, Column]]:
+    """:func:`parse_topic`'s columns, step by step, built once per Spark application: each is a
+    call into the JVM, and the driver parses a few lines each micro-batch (speed_layer/ingest.py)."""
     text = F.col("value").cast("string")
     usable = (F.length("value") <= max_line_bytes) & F.expr("is_valid_utf8(cast(value AS STRING))")
     schema = TOPICS[topic].schema
-    df = raw.withColumn(VALUES, F.when(usable, F.from_json(text, values_struct(topic))))
+    values = F.when(usable, F.from_json(text, values_struct(topic)))
     if topic == "customers_cdc":
-        df = df.withColumn(JSON, F.when(usable, F.expr("try_parse_json(cast(value AS STRING))")))
+        read = [{VALUES: values, JSON: F.when(usable, F.expr("try_parse_json(cast(value AS STRING))"))}]
         # No check holds, "invalid JSON" included (a check on a missing part is NULL: it does not hold).
         problems = [F.coalesce(condition, F.lit(False)) for condition, _ in _json_problems(topic)]
         ok = ~reduce(lambda a, b: a | b, problems)
     else:
-        df = df.withColumn(FIELDS, F.when(usable, F.from_json(text, fields_struct(topic))))
         stamp = F.col(VALUES)["event_time"]
-        df = df.withColumn(TIME, F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp")))
+        read = [{VALUES: values, FIELDS: F.when(usable, F.from_json(text, fields_struct(topic)))},
+                {TIME: F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp"))}]
         ok = looks_valid(topic)
-    df = df.withColumn("record", F.when(ok, F.struct(*[_typed(f).alias(f.name) for f in schema.fields])))
     valid = F.col("record").isNotNull()
-    df = df.withColumns({"rejected": ~valid, "event_time": F.when(valid, event_time(topic)),
-                         "event_id": F.when(valid, event_id(topic))})
-    df = df.withColumn("event_date", F.to_date("event_time"))
-    return df.drop(FIELDS, VALUES, TIME, JSON)
+    return [*read,
+            {"record": F.when(ok, F.struct(*[_typed(f).alias(f.name) for f in schema.fields]))},
+            {"rejected": ~valid, "event_time": F.when(valid, event_time(topic)),
+             "event_id": F.when(valid, event_id(topic))},
+            {"event_date": F.to_date("event_time")}]
 
 
 def bronze_event_date(topic: str) -> Column:
@@ -267,6 +279,6 @@ def bronze_event_date(topic: str) -> Column:
     text = F.col("value").cast("string")
     if topic == "customers_cdc":
         millis = F.from_json(text, "ts_ms STRING")["ts_ms"].try_cast("bigint")
-        return F.to_date(F.timestamp_millis(millis))
+        return F.to_date(F.timestamp_millis(F.when(millis.between(*CDC_TS_MS_RANGE), millis)))
     stamp = F.from_json(text, "event_time STRING")["event_time"]
     return F.to_date(F.when(stamp.rlike(TIMESTAMP_PATTERN), stamp.try_cast("timestamp")))

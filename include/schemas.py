@@ -18,6 +18,13 @@ if TYPE_CHECKING:
 
 CLICK_ACTIONS = ("view", "click", "add_to_cart")
 CDC_OPS = ("c", "u", "d", "r")
+# The parser's rules beyond the schemas: a field's allowed values, and which ops of the CDC
+# envelope need which image (Debezium: c/r/u carry the new row in `after`, d the old in `before`).
+ENUMS = {("clicks", "action"): CLICK_ACTIONS, ("customers_cdc", "op"): CDC_OPS}
+CDC_IMAGES = {"after": ("c", "r", "u"), "before": ("d",)}
+# The change's time: epoch milliseconds within years 1 to 9999 (Spark's timestamps; beyond, its
+# conversion overflows and would fail the whole micro-batch).
+CDC_TS_MS_RANGE = (-62_135_596_800_000, 253_402_300_799_999)
 
 CLICKS_FIELDS = (
     "event_id string NOT NULL, user_id string NOT NULL, session_id string NOT NULL, page_url string NOT NULL, "

@@ -1,11 +1,13 @@
 """An ingest micro-batch on the driver (``LAMBDALAKE_PASS_ENGINE=duckdb``).
 
-The flagged micro-batch comes to the driver as Arrow in one Spark job, every line with its bytes.
-Bronze is written from it, then its copies are dropped (:mod:`speed_layer.dedup`); Silver,
-late_events and the feeds are written from the rest with delta-rs and pyarrow, and the pass's views declared in SQL run
-in DuckDB on it (speed_layer/view_pass.py, include/views/sql.py): a small micro-batch then costs
-no Spark job beyond that one (the DLQ keeps a small local one: the shared parser names the
-reasons of the rejected lines, which are rare, from their bytes at hand).
+The micro-batch's lines come to the driver as Arrow in one Spark job that reads them and nothing
+more. The driver parses them (``ingest.parse_on_driver``): the lines :mod:`include.line_parser`
+vouches for in Python, the others (rejected lines, any it is not sure of) with the shared
+parser in a small Spark job over those lines alone, which also names the rejected ones' reasons.
+Bronze is written from every line, then copies are dropped (:mod:`speed_layer.dedup`); Silver,
+late_events, the DLQ and the feeds are written from the rest with delta-rs and pyarrow, and the
+pass's views declared in SQL run in DuckDB on it (speed_layer/view_pass.py, include/views/sql.py).
+A micro-batch of valid lines costs no Spark job beyond the read.
 """
 
 from __future__ import annotations
@@ -59,6 +61,13 @@ def silver_rows(rows: pa.Table, topic: str, record: str) -> pa.Table:
     columns = {name: part[name] for name in schema.names if name != "date"}
     columns["date"] = pc.cast(part["event_time"], pa.date32())
     return pa.table(columns).cast(schema)
+
+
+def dlq_rows(rows: pa.Table) -> pa.Table:
+    """The rejected lines, with the reasons the shared parser named (ingest.parse_on_driver)."""
+    rejected = rows.filter(rows["rejected"]).select(["topic", "dlq_raw", "reason", "source", "ingested_at", "batch_id"])
+    schema = tables.arrow_schema(tables.DLQ_FIELDS)
+    return rejected.rename_columns(schema.names).cast(schema)
 
 
 def late_rows(rows: pa.Table) -> pa.Table:

@@ -1,13 +1,15 @@
 """The ingest query: landed lines into Silver, the DLQ and late_events, and the Gold feeds.
 
-Everything runs on Spark's executors. Per micro-batch: each topic's lines are parsed with the
-shared parser; Spark's state store drops copies of an event already ingested within the dedup
-window (:func:`include.views.rules.first_copies`); then, in ``foreachBatch``, lateness is flagged
-against each topic's watermark, and the executors write Silver, the DLQ, late_events and the
-on-time events the Gold queries read (``feeds/<topic>/``). The driver only commits file lists,
-each with the transaction id ``(speed_ingest, batch_id)``: a micro-batch replayed after a crash
-(even ``kill -9``) commits nothing twice, and computes the same rows, because its watermarks come
-from the accounting of earlier batches and the dedup state from Spark's checkpoint.
+With the Spark pass, everything runs on Spark's executors. Per micro-batch: each topic's lines
+are parsed with the shared parser; Spark's state store drops copies of an event already ingested
+within the dedup window (:func:`include.views.rules.first_copies`); then, in ``foreachBatch``,
+lateness is flagged against each topic's watermark, and the executors write Silver, the DLQ,
+late_events and the on-time events the Gold queries read (``feeds/<topic>/``). With the pass on
+the driver, ``foreachBatch`` gets the lines as they landed and does all of that on the driver
+(:mod:`speed_layer.driver_pass`). Either way each table's commit has the transaction id
+``(speed_ingest, batch_id)``: a micro-batch replayed after a crash (even ``kill -9``) commits
+nothing twice, and computes the same rows, because its watermarks come from the accounting of
+earlier batches and the dedup state from Spark's checkpoint or Silver.
 
 Rules (docs/architecture.md): a topic's watermark is the max event time seen in earlier micro-batches
 minus the watermark delay; an event at or behind it is *late*: kept in Silver (flagged), listed
@@ -25,7 +27,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta, timezone
-from functools import cache, partial
+from functools import cache, lru_cache, partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -37,7 +39,8 @@ from include import tables
 from include.checkpoints import batch_time
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.parsing import bronze_event_date, parse_topic, with_reason
+from include.line_parser import topic_parser
+from include.parsing import DEFAULT_MAX_LINE_BYTES, bronze_event_date, parse_topic, with_reason
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
@@ -46,10 +49,11 @@ from include.views.rules import first_copies
 from speed_layer import driver_pass
 from speed_layer.dedup import SeenEvents
 from speed_layer.recent import RecentEvents, horizons
+from speed_layer.sources import RAW_COLUMNS
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +63,7 @@ FEED_TOPICS = input_topics(VIEWS)
 STATE_TOPICS = state_topics(VIEWS)
 VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
-# What the DLQ's rows are made of (IngestBatch._dlq_rows).
-DLQ_SOURCE_COLUMNS = ["topic", "value", "rejected", "source", "ingested_at", "batch_id"]
+LINE_COLUMNS = ["value", "bronze_date", "reason", "dlq_raw"]  # on the driver, what only Bronze and the DLQ read
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -115,32 +118,13 @@ def wanted_arrow(rows: pa.Table) -> pa.Table:
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
-    """Every topic's lines parsed, as one stream, first copies only (rejected lines all pass).
-    With the pass on the driver the stream keeps every copy, and the driver drops copies
-    (:mod:`speed_layer.dedup`): the query keeps no state."""
-    on_driver = settings.pass_on_driver
-    parts = []
-    columns = tuple(dict.fromkeys([*raw, *FEED_TOPICS]))  # a record column per topic, even unread ones
-    for topic, stream in raw.items():
-        parsed = parse_topic(stream, topic, settings.max_line_bytes)
-        records = [
-            (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema)))
-            .alias(record_column(other))
-            for other in columns
-        ]
-        # Only a rejected line's bytes go further (into the DLQ): a valid line's stay in Bronze
-        # instead of crossing the dedup shuffle and cache. The driver's dedup orders copies by them.
-        raw_line = F.col("value") if on_driver else F.when(F.col("rejected"), F.col("value")).alias("value")
-        # On the driver, ingest writes Bronze too: each line's event date, read cheaply where the
-        # parser found none (the Bronze query's rule).
-        bronze = [F.coalesce("event_date", bronze_event_date(topic)).alias("bronze_date")] if on_driver else []
-        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time",
-                                   *bronze, *records))
-    events = parts[0]
-    for part in parts[1:]:
-        events = events.unionByName(part)
-    if on_driver:  # the micro-batch's time is joined in foreachBatch (IngestBatch.__call__)
-        return events
+    """Every topic's lines as one stream. With the pass on the driver, as they are: the driver
+    parses them (:meth:`IngestBatch.parse`) and drops copies (:mod:`speed_layer.dedup`), so the
+    query keeps no state and runs no parser. Else parsed, first copies only (rejected lines all
+    pass)."""
+    if settings.pass_on_driver:
+        return _union([stream.select(*RAW_COLUMNS) for stream in raw.values()])
+    events = spark_parsed(raw, record_topics(tuple(raw)), keep_lines=False)
     # current_timestamp() is the micro-batch's time, recorded in the offset log: a replay sees
     # the same value. A rejected line gets a key of its own, so none is taken for a duplicate.
     events = events.withColumns(
@@ -150,6 +134,101 @@ def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
         }
     )
     return first_copies(events, ["topic", "copy_key"], settings.dedup_window)
+
+
+def dlq_raw() -> Column:
+    """A rejected line as the DLQ shows it: its text (invalid UTF-8 replaced), cut at
+    :data:`DLQ_RAW_LIMIT` characters (the whole line stays in Bronze)."""
+    text = F.expr("make_valid_utf8(cast(value AS STRING))")
+    return F.when(
+        F.length("value") > DLQ_RAW_LIMIT,
+        F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT), F.length("value")),
+    ).otherwise(text)
+
+
+def record_topics(topics: tuple[str, ...]) -> tuple[str, ...]:
+    """The topics with a record column in a parsed micro-batch: those read, and every feed topic."""
+    return tuple(dict.fromkeys([*topics, *FEED_TOPICS]))
+
+
+def spark_parsed(raw: dict[str, DataFrame], columns: tuple[str, ...], keep_lines: bool,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
+    """Lines of each topic parsed by the shared parser, as one frame: a record column per topic
+    of ``columns``. With ``keep_lines`` (the driver pass) every line keeps its bytes and gets
+    Bronze's event date; else only a rejected line's bytes go further (into the DLQ), not a valid
+    one's across the dedup's shuffle and cache."""
+    parts = []
+    for topic, stream in raw.items():
+        application = stream.sparkSession.sparkContext.applicationId
+        parsed = parse_topic(stream, topic, max_line_bytes)
+        parts.append(parsed.select(*_parsed_columns(topic, columns, keep_lines, application)))
+    return _union(parts)
+
+
+@lru_cache(maxsize=64)
+def _parsed_columns(topic: str, columns: tuple[str, ...], keep_lines: bool, application: str) -> list[Column]:
+    """:func:`spark_parsed`'s columns of one topic, built once per Spark application (each is a
+    call into the JVM, and the driver pass parses a few lines every micro-batch)."""
+    records = [
+        (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema)))
+        .alias(record_column(other))
+        for other in columns
+    ]
+    raw_line = F.col("value") if keep_lines else F.when(F.col("rejected"), F.col("value")).alias("value")
+    # Bronze's date: the event date, or where the parser found none, read cheaply (the Bronze query's rule).
+    bronze = [F.coalesce("event_date", bronze_event_date(topic)).alias("bronze_date")] if keep_lines else []
+    return ["topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time", *bronze, *records]
+
+
+def _union(parts: list[DataFrame]) -> DataFrame:
+    events = parts[0]
+    for part in parts[1:]:
+        events = events.unionByName(part)
+    return events
+
+
+def driver_schema(columns: tuple[str, ...]) -> pa.Schema:
+    """A micro-batch parsed on the driver (:func:`spark_parsed` with ``keep_lines``), as Arrow."""
+    return pa.schema([
+        ("topic", pa.string()), ("value", pa.binary()), ("source", pa.string()),
+        ("arrived_at", pa.timestamp("us", "UTC")), ("rejected", pa.bool_()), ("event_id", pa.string()),
+        ("event_time", pa.timestamp("us", "UTC")), ("bronze_date", pa.date32()),
+        ("reason", pa.string()), ("dlq_raw", pa.string()),  # a rejected line's, for the DLQ
+        *[(record_column(topic), topic_parser(topic, DEFAULT_MAX_LINE_BYTES).record_type) for topic in columns],
+    ])
+
+
+def parse_on_driver(lines: pa.Table, spark: SparkSession, columns: tuple[str, ...], max_line_bytes: int) -> pa.Table:
+    """A micro-batch's lines (``topic``, ``value``, ``source``, ``arrived_at``) parsed as
+    :func:`spark_parsed` parses them, with ``reason`` and ``dlq_raw`` for a rejected line. The
+    driver's parser (:mod:`include.line_parser`) takes the lines it vouches for; the shared
+    parser the others (rejected lines and any it is not sure of), in one small Spark job that
+    also names the reasons, so every verdict and every reason is the shared parser's."""
+    schema = driver_schema(columns)
+    vouched, doubtful = [], []
+    for topic in pc.unique(lines["topic"]).to_pylist():
+        part = lines.filter(pc.equal(lines["topic"], topic))
+        parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
+        sure = parsed["vouched"]
+        doubtful.append(part.filter(pc.invert(sure)))
+        part, parsed = part.filter(sure), parsed.filter(sure)
+        none = {other: pa.nulls(part.num_rows, schema.field(record_column(other)).type) for other in columns}
+        vouched.append(pa.table({
+            **{name: part[name] for name in RAW_COLUMNS},
+            "rejected": pa.array([False] * part.num_rows, pa.bool_()),
+            "event_id": parsed["event_id"], "event_time": parsed["event_time"], "bronze_date": parsed["event_date"],
+            "reason": pa.nulls(part.num_rows, pa.string()), "dlq_raw": pa.nulls(part.num_rows, pa.string()),
+            **{record_column(other): parsed["record"] if other == topic else none[other] for other in columns},
+        }).cast(schema))
+    rest = pa.concat_tables(doubtful) if doubtful else lines.slice(0, 0)
+    if rest.num_rows:
+        frame = spark.createDataFrame(rest)
+        by_topic = {topic: frame.where(F.col("topic") == topic) for topic in pc.unique(rest["topic"]).to_pylist()}
+        decided = with_reason(spark_parsed(by_topic, columns, keep_lines=True, max_line_bytes=max_line_bytes),
+                              max_line_bytes=max_line_bytes)
+        decided = decided.withColumn("dlq_raw", F.when(F.col("rejected"), dlq_raw()))
+        vouched.append(decided.toArrow().select(schema.names).cast(schema))
+    return pa.concat_tables(vouched) if vouched else schema.empty_table()
 
 
 def _instant(micros: int | None) -> datetime | None:
@@ -165,6 +244,7 @@ class IngestBatch:
         views = speed_views(settings)
         on_driver = settings.pass_on_driver  # speed_layer/driver_pass.py
         self.view_pass = ViewPass(settings, store, views)
+        self.record_topics = record_topics(topics)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
         each_batch = tables.STREAM_TABLE_PROPERTIES
@@ -216,22 +296,25 @@ class IngestBatch:
         if on_driver:  # Spark's current_timestamp() would compile the query's code anew each micro-batch
             at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
             values["ingested_at"] = pa.array([at] * len(self.topics), pa.timestamp("us", "UTC"))
-        batch = with_batch_values(batch, pa.table(values), on="topic")
-        late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
-        batch = batch.withColumn("is_late", late)
-        if not on_driver:  # its writes each read it
-            batch = batch.persist()
+        else:
+            batch = with_batch_values(batch, pa.table(values), on="topic")
+            late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
+            batch = batch.withColumn("is_late", late).persist()  # its writes each read it
         started = time.perf_counter()
         try:
             arrow = raw = None
-            if on_driver:  # the micro-batch on the driver, in one Spark job
-                raw = batch.toArrow()
+            if on_driver:  # the micro-batch's lines on the driver, in one Spark job
+                lines = batch.toArrow()
+                read = time.perf_counter()
+                raw = self._flagged(parse_on_driver(lines, batch.sparkSession, self.record_topics,
+                                                    self.settings.max_line_bytes), pa.table(values))
                 parsed = time.perf_counter()
-                arrow = self.seen.first_copies(raw, batch_id).drop_columns(["value", "bronze_date"])
+                arrow = self.seen.first_copies(raw, batch_id).drop_columns(LINE_COLUMNS)
                 counts = driver_pass.counts(arrow)
                 for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
                     counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
                                                      "max_event_time": None})["bronze_rows"] = row["topic_count"]
+                self._timings = {"read": read - started, "parse": parsed - read, "dedup": time.perf_counter() - parsed}
             else:
                 summary = batch.groupBy("topic").agg(
                     F.count(F.when(valid, 1)).alias("silver_rows"),
@@ -241,8 +324,7 @@ class IngestBatch:
                 ).collect()
                 counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                           for row in summary}
-            self._timings = ({"read, parse": parsed - started, "dedup": time.perf_counter() - parsed} if on_driver
-                             else {"read, parse, dedup": time.perf_counter() - started})
+                self._timings = {"read, parse, dedup": time.perf_counter() - started}
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
@@ -256,6 +338,16 @@ class IngestBatch:
             if count["max_event_time"] is not None:
                 self._maxima[topic] = max(count["max_event_time"], self._maxima.get(topic, count["max_event_time"]))
         self._through = batch_id
+
+    @staticmethod
+    def _flagged(rows: pa.Table, values: pa.Table) -> pa.Table:
+        """A parsed micro-batch with its topics' batch ``values`` and ``is_late``: valid and at or
+        behind its topic's watermark (the Spark pass's rule, on Arrow)."""
+        at = pc.index_in(rows["topic"], value_set=values["topic"])
+        for name in values.column_names[1:]:
+            rows = rows.append_column(name, values[name].take(at))
+        behind = pc.less_equal(rows["event_time"], rows["watermark_at_arrival"]).fill_null(False)
+        return rows.append_column("is_late", pc.and_(pc.invert(rows["rejected"]), behind))
 
     @staticmethod
     def _write_tasks(batch: DataFrame, counts: dict[str, dict]) -> int:
@@ -361,24 +453,14 @@ class IngestBatch:
         )
 
     def _append_dlq(self, batch: DataFrame, raw: pa.Table | None, txn: Txn) -> None:
-        """The micro-batch's rejected lines into the DLQ. On the driver they are at hand (``raw``):
-        the parser names their reasons in a small local job instead of reading and parsing the
-        micro-batch's files again."""
+        """The micro-batch's rejected lines into the DLQ. On the driver their reasons are named
+        already (:func:`parse_on_driver`); else here, for these lines only."""
         if raw is not None:
-            batch = batch.sparkSession.createDataFrame(raw.filter(raw["rejected"]).select(DLQ_SOURCE_COLUMNS))
-        self.store.append(tables.DLQ, self._dlq_rows(batch, self.settings.max_line_bytes), txn)
-
-    @staticmethod
-    def _dlq_rows(batch: DataFrame, max_line_bytes: int) -> DataFrame:
-        """Rejected lines with the reason each was rejected for (named here, for these lines only)."""
-        text = F.expr("make_valid_utf8(cast(value AS STRING))")
-        raw = F.when(
-            F.length("value") > DLQ_RAW_LIMIT,  # the whole line stays in Bronze
-            F.format_string("%s… [%d bytes; full line in bronze]", F.substring(text, 1, DLQ_RAW_LIMIT),
-                            F.length("value")),
-        ).otherwise(text)
-        rejected = with_reason(batch.where("rejected"), max_line_bytes=max_line_bytes)
-        return rejected.select("topic", raw.alias("raw"), "reason", "source", "ingested_at", "batch_id")
+            self.store.append(tables.DLQ, driver_pass.dlq_rows(raw), txn)
+            return
+        rejected = with_reason(batch.where("rejected"), max_line_bytes=self.settings.max_line_bytes)
+        self.store.append(tables.DLQ, rejected.select("topic", dlq_raw().alias("raw"), "reason", "source",
+                                                      "ingested_at", "batch_id"), txn)
 
     @staticmethod
     def _late_rows(batch: DataFrame) -> DataFrame:

@@ -54,6 +54,11 @@ CDC_CASES = [
     ("missing field 'before' for op 'd'", {"op": "d", "ts_ms": 1, "after": None}),
     ("missing field 'after.customer_id'", {"op": "u", "ts_ms": 1, "after": {"name": "x"}}),
     ("wrong type for 'after': expected object", {"op": "u", "ts_ms": 1, "after": "C1"}),
+    # Beyond Spark's timestamps: its conversion would fail the whole micro-batch.
+    ("ts_ms out of range: 9223372036854775807 (years 1 to 9999)",
+     {"op": "c", "ts_ms": 2**63 - 1, "after": {"customer_id": "C1"}}),
+    ("ts_ms out of range: -62135596800001 (years 1 to 9999)",
+     {"op": "c", "ts_ms": -62135596800001, "after": {"customer_id": "C1"}}),
 ]
 
 
@@ -154,6 +159,7 @@ BRONZE_DATE_CASES = [
     ("customers_cdc", json.dumps({"op": "c", "ts_ms": 1795240800000, "after": {"customer_id": "C1"}}).encode(),
      "2026-11-21"),
     ("customers_cdc", json.dumps({"op": "c", "ts_ms": "soon", "after": {"customer_id": "C1"}}).encode(), None),
+    ("customers_cdc", json.dumps({"op": "c", "ts_ms": 2**63 - 1, "after": {"customer_id": "C1"}}).encode(), None),
 ]
 
 
