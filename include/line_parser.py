@@ -13,6 +13,7 @@ Vouching only for what it is sure of keeps it a fast path, never a second set of
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
@@ -41,9 +42,17 @@ class Unsure(Exception):
     """A line this parser does not vouch for: the shared parser decides it."""
 
 
-@lru_cache(maxsize=4096)
-def _epoch_day(year: int, month: int, day: int) -> int:
-    return date(year, month, day).toordinal() - 719_163  # date(1970, 1, 1).toordinal()
+@lru_cache(maxsize=65_536)
+def _minute_seconds(minute: str) -> int:
+    """``YYYY-MM-DDTHH:MM`` as seconds since the epoch, or :class:`Unsure` (no such day or time)."""
+    hour, minutes = int(minute[11:13]), int(minute[14:16])
+    if hour > 23 or minutes > 59:
+        raise Unsure
+    try:
+        days = date(int(minute[:4]), int(minute[5:7]), int(minute[8:10])).toordinal() - 719_163  # 1970-01-01
+    except ValueError:
+        raise Unsure from None
+    return ((days * 24 + hour) * 60 + minutes) * 60
 
 
 def timestamp_micros(text: str) -> int:
@@ -51,31 +60,22 @@ def timestamp_micros(text: str) -> int:
     match = _TIMESTAMP.fullmatch(text)
     if match is None:
         raise Unsure
-    year, month, day, hour, minute, second, fraction, utc, sign, zone_hours, zone_minutes = match.groups()
-    if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
+    second, fraction, utc, sign, zone_hours, zone_minutes = match.group(6, 7, 8, 9, 10, 11)
+    second = int(second)
+    if second > 59:
         raise Unsure
-    try:
-        days = _epoch_day(int(year), int(month), int(day))
-    except ValueError:
-        raise Unsure from None
+    seconds = _minute_seconds(text[:16]) + second
     micros = 0
     if fraction:
         if len(fraction) > 6 and fraction[6:].strip("0"):
             raise Unsure  # below a microsecond
         micros = int(fraction[:6].ljust(6, "0"))
-    offset = 0
     if not utc:
         if int(zone_hours) > 17 or int(zone_minutes) > 59:
             raise Unsure
-        offset = (int(zone_hours) * 60 + int(zone_minutes)) * 60 * (1 if sign == "+" else -1)
-    seconds = ((days * 24 + int(hour)) * 60 + int(minute)) * 60 + int(second) - offset
+        offset = (int(zone_hours) * 60 + int(zone_minutes)) * 60
+        seconds += -offset if sign == "+" else offset
     return seconds * 1_000_000 + micros
-
-
-def _string(value: Any) -> str:
-    if type(value) is not str:
-        raise Unsure
-    return value
 
 
 def _number(value: Any) -> float:
@@ -94,10 +94,12 @@ def _integer(value: Any) -> int:
 
 
 def _timestamp(value: Any) -> int:
-    return timestamp_micros(_string(value))
+    if type(value) is not str:
+        raise Unsure
+    return timestamp_micros(value)
 
 
-Converter = Callable[[Any], Any]
+Converter = Callable[[Any], Any] | None
 
 
 def _converter(kind: ddl.Type, allowed: tuple[str, ...] | None) -> Converter:
@@ -115,7 +117,7 @@ def _converter(kind: ddl.Type, allowed: tuple[str, ...] | None) -> Converter:
                 raise Unsure
             return value
         return member
-    return {"string": _string, "double": _number, "bigint": _integer, "timestamp": _timestamp}[kind]
+    return {"string": None, "double": _number, "bigint": _integer, "timestamp": _timestamp}[kind]  # None: a string
 
 
 def _fields(fields: tuple[ddl.Field, ...], enums: dict[str, tuple[str, ...]]) -> list[tuple[str, bool, Converter]]:
@@ -125,14 +127,19 @@ def _fields(fields: tuple[ddl.Field, ...], enums: dict[str, tuple[str, ...]]) ->
 def _values(line: dict, fields: list[tuple[str, bool, Converter]]) -> list:
     """The typed values of a JSON object's fields, in declaration order (absent or null: None)."""
     values = []
+    append = values.append
     for name, nullable, convert in fields:
         value = line.get(name)
         if value is None:
             if not nullable:
                 raise Unsure
-            values.append(None)
+            append(None)
+        elif convert is None:  # a string: most fields, checked inline
+            if type(value) is not str:
+                raise Unsure
+            append(value)
         else:
-            values.append(convert(value))
+            append(convert(value))
     return values
 
 
@@ -201,34 +208,36 @@ class TopicParser:
                                     f"{at.minute:02d}:{at.second:02d}.{at.microsecond // 1000:03d}Z")
         return values, micros, values[self.names.index(TOPICS[self.topic].id_fields[0])]
 
-    def parse(self, lines: pa.Array) -> pa.Table:
-        """``vouched``, then for those lines ``event_id``, ``event_time``, ``event_date`` and
-        ``record`` as the shared parser types them (NULL on the others)."""
-        vouched, ids, times = [], [], []
-        columns: list[list] = [[] for _ in self.names]
+    def parse(self, lines: pa.Array) -> tuple[pa.Array, pa.Table]:
+        """Which lines it vouches for, and those lines' ``event_id``, ``event_time``,
+        ``event_date`` and ``record`` as the shared parser types them."""
+        collecting = gc.isenabled()
+        gc.disable()  # the events kept here are many small containers: each collection would scan them all
+        try:
+            return self._parse(lines)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _parse(self, lines: pa.Array) -> tuple[pa.Array, pa.Table]:
+        vouched, events = [], []
+        event = self.event
         for value in lines.to_pylist():
             try:
-                values, micros, event_id = self.event(value)
+                events.append(event(value))
             except Unsure:
                 vouched.append(False)
-                ids.append(None)
-                times.append(None)
-                for column in columns:
-                    column.append(None)
-                continue
-            vouched.append(True)
-            ids.append(event_id)
-            times.append(micros)
-            for column, typed in zip(columns, values):
-                column.append(typed)
-        valid = pa.array(vouched, pa.bool_())
+            else:
+                vouched.append(True)
+        typed, times, ids = zip(*events) if events else ((), (), ())
+        columns = zip(*typed) if typed else [() for _ in self.names]
         record = pa.StructArray.from_arrays(
             [pa.array(column, field.type) for column, field in zip(columns, self.record_type)],
-            fields=list(self.record_type), mask=pa.compute.invert(valid))
+            fields=list(self.record_type))
         event_time = pa.array(times, pa.timestamp("us", tz="UTC"))
-        day = pa.array([None if t is None else t // MICROS_PER_DAY for t in times], pa.int32()).cast(pa.date32())
-        return pa.table({"vouched": valid, "event_id": pa.array(ids, pa.string()), "event_time": event_time,
-                         "event_date": day, "record": record})
+        day = pa.array([t // MICROS_PER_DAY for t in times], pa.int32()).cast(pa.date32())
+        return pa.array(vouched, pa.bool_()), pa.table({
+            "event_id": pa.array(ids, pa.string()), "event_time": event_time, "event_date": day, "record": record})
 
 
 @cache

@@ -208,10 +208,9 @@ def parse_on_driver(lines: pa.Table, spark: SparkSession, columns: tuple[str, ..
     vouched, doubtful = [], []
     for topic in pc.unique(lines["topic"]).to_pylist():
         part = lines.filter(pc.equal(lines["topic"], topic))
-        parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
-        sure = parsed["vouched"]
+        sure, parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
         doubtful.append(part.filter(pc.invert(sure)))
-        part, parsed = part.filter(sure), parsed.filter(sure)
+        part = part.filter(sure)
         none = {other: pa.nulls(part.num_rows, schema.field(record_column(other)).type) for other in columns}
         vouched.append(pa.table({
             **{name: part[name] for name in RAW_COLUMNS},
