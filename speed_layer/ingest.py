@@ -119,12 +119,12 @@ def wanted_arrow(rows: pa.Table) -> pa.Table:
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
     """Every topic's lines as one stream. With the pass on the driver, as they are: the driver
-    parses them (:meth:`IngestBatch.parse`) and drops copies (:mod:`speed_layer.dedup`), so the
+    parses them (:func:`parse_on_driver`) and drops copies (:mod:`speed_layer.dedup`), so the
     query keeps no state and runs no parser. Else parsed, first copies only (rejected lines all
     pass)."""
     if settings.pass_on_driver:
         return _union([stream.select(*RAW_COLUMNS) for stream in raw.values()])
-    events = spark_parsed(raw, record_topics(tuple(raw)), keep_lines=False)
+    events = spark_parsed(raw, record_topics(tuple(raw)), keep_lines=False, max_line_bytes=settings.max_line_bytes)
     # current_timestamp() is the micro-batch's time, recorded in the offset log: a replay sees
     # the same value. A rejected line gets a key of its own, so none is taken for a duplicate.
     events = events.withColumns(
