@@ -201,33 +201,52 @@ def driver_schema(columns: tuple[str, ...]) -> pa.Schema:
 def parse_on_driver(lines: pa.Table, spark: SparkSession, columns: tuple[str, ...], max_line_bytes: int) -> pa.Table:
     """A micro-batch's lines (``topic``, ``value``, ``source``, ``arrived_at``) parsed as
     :func:`spark_parsed` parses them, with ``reason`` and ``dlq_raw`` for a rejected line. The
-    driver's parser (:mod:`include.line_parser`) takes the lines it vouches for; the shared
-    parser the others (rejected lines and any it is not sure of), in one small Spark job that
-    also names the reasons, so every verdict and every reason is the shared parser's."""
+    driver's parser (:mod:`include.line_parser`) decides the lines it is sure of, accepted or
+    rejected; the shared parser the others, in one small Spark job that also names the reasons,
+    so every verdict and every reason is the shared parser's."""
     schema = driver_schema(columns)
-    vouched, doubtful = [], []
+    decided, doubtful = [], []
     for topic in pc.unique(lines["topic"]).to_pylist():
         part = lines.filter(pc.equal(lines["topic"], topic))
-        sure, parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
-        doubtful.append(part.filter(pc.invert(sure)))
-        part = part.filter(sure)
-        none = {other: pa.nulls(part.num_rows, schema.field(record_column(other)).type) for other in columns}
-        vouched.append(pa.table({
-            **{name: part[name] for name in RAW_COLUMNS},
-            "rejected": pa.array([False] * part.num_rows, pa.bool_()),
-            "event_id": parsed["event_id"], "event_time": parsed["event_time"], "bronze_date": parsed["event_date"],
-            "reason": pa.nulls(part.num_rows, pa.string()), "dlq_raw": pa.nulls(part.num_rows, pa.string()),
-            **{record_column(other): parsed["record"] if other == topic else none[other] for other in columns},
-        }).cast(schema))
+        parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
+        doubtful.append(part.filter(pc.invert(pc.or_(parsed.accepted, parsed.rejected))))
+        accepted, rejected = part.filter(parsed.accepted), part.filter(parsed.rejected)
+        decided.append(_decided(accepted, topic, columns, schema, {
+            "rejected": pa.repeat(pa.scalar(False), accepted.num_rows), "event_id": parsed.events["event_id"],
+            "event_time": parsed.events["event_time"], "bronze_date": parsed.events["event_date"],
+            "record": parsed.events["record"]}))
+        decided.append(_decided(rejected, topic, columns, schema, {
+            "rejected": pa.repeat(pa.scalar(True), rejected.num_rows),
+            "bronze_date": parsed.rejections["bronze_date"], "reason": parsed.rejections["reason"],
+            "dlq_raw": pa.array([dlq_text(value) for value in rejected["value"].to_pylist()], pa.string())}))
     rest = pa.concat_tables(doubtful) if doubtful else lines.slice(0, 0)
     if rest.num_rows:
         frame = spark.createDataFrame(rest)
         by_topic = {topic: frame.where(F.col("topic") == topic) for topic in pc.unique(rest["topic"]).to_pylist()}
-        decided = with_reason(spark_parsed(by_topic, columns, keep_lines=True, max_line_bytes=max_line_bytes),
-                              max_line_bytes=max_line_bytes)
-        decided = decided.withColumn("dlq_raw", F.when(F.col("rejected"), dlq_raw()))
-        vouched.append(decided.toArrow().select(schema.names).cast(schema))
-    return pa.concat_tables(vouched) if vouched else schema.empty_table()
+        spark_decided = with_reason(spark_parsed(by_topic, columns, keep_lines=True, max_line_bytes=max_line_bytes),
+                                    max_line_bytes=max_line_bytes)
+        spark_decided = spark_decided.withColumn("dlq_raw", F.when(F.col("rejected"), dlq_raw()))
+        decided.append(spark_decided.toArrow().select(schema.names).cast(schema))
+    return pa.concat_tables(decided) if decided else schema.empty_table()
+
+
+def _decided(lines: pa.Table, topic: str, columns: tuple[str, ...], schema: pa.Schema, values: dict) -> pa.Table:
+    """Lines of ``topic`` the driver decided, in :func:`driver_schema`: ``values`` (``record``
+    being the topic's record column), every other column NULL."""
+    def column(name: str) -> pa.Array:
+        if name in RAW_COLUMNS:
+            return lines[name]
+        key = "record" if name == record_column(topic) else name
+        return values[key] if key in values else pa.nulls(lines.num_rows, schema.field(name).type)
+    return pa.table({name: column(name) for name in schema.names}).cast(schema)
+
+
+def dlq_text(line: bytes) -> str:
+    """:func:`dlq_raw` of an ASCII line (the driver's parser rejects no other)."""
+    text = line.decode("ascii")
+    if len(line) > DLQ_RAW_LIMIT:
+        return f"{text[:DLQ_RAW_LIMIT]}… [{len(line)} bytes; full line in bronze]"
+    return text
 
 
 def _instant(micros: int | None) -> datetime | None:

@@ -1,10 +1,12 @@
-"""The driver's parser vouches only for lines the shared parser accepts, typed alike.
+"""The driver's parser vouches only for verdicts the shared parser reaches, alike.
 
-Every line below goes through both: :func:`include.parsing.parse_topic` on Spark and
-:class:`include.line_parser.TopicParser`. Whatever the driver's parser vouches for must be valid
-to Spark with the same record, event id, event time and event date, to the last bit of a double;
-what it does not vouch for is left to Spark, so the only other requirement is that it vouches for
-the traffic producers send (every valid line of the generator).
+Every line below goes through both: :func:`include.parsing.parse_topic` and
+:func:`include.parsing.with_reason` on Spark, and :class:`include.line_parser.TopicParser`. A line
+the driver's parser accepts must be valid to Spark with the same record, event id, event time and
+event date, to the last bit of a double; a line it rejects must be rejected by Spark for the same
+reason, with the same Bronze date. What it does not vouch for is left to Spark, so the only other
+requirement is that it decides the traffic producers send (every line of the generator, corrupt
+ones included).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import functions as F
 
 from include.generator.simulation import Simulator, TrafficOptions
 from include.line_parser import topic_parser
-from include.parsing import parse_topic
+from include.parsing import bronze_event_date, parse_topic, with_reason
 from include.schemas import TOPICS
 
 RAW = "__raw__"  # a value written into the line as it is (numbers in forms json.dumps never writes)
@@ -108,6 +111,8 @@ def _mutations(topic: str) -> list[bytes]:
         text.replace('": "', '": "\\ud800').encode(), text.replace('": "', '": "\\ud83d\\ude00').encode(),
         text.replace('": "', '": "\u00e9').encode("utf-8"),
     ]
+    lines += [text[:end].encode() for end in range(len(text))]  # every cut
+    lines += [text[:end].encode() + b" " for end in range(1, len(text), 7)]
     if topic == "customers_cdc":
         lines += [_line({**base, "op": op, "before": before, "after": after})
                   for op in ("c", "u", "d", "r") for before in (None, ..., {"customer_id": "C1"})
@@ -164,32 +169,43 @@ def generated():
 
 
 @pytest.mark.parametrize("topic", list(TOPICS))
-def test_what_the_driver_vouches_for_the_shared_parser_accepts_alike(spark, generated, topic):
+def test_what_the_driver_vouches_for_the_shared_parser_decides_alike(spark, generated, topic):
     lines = _mutations(topic) + [line for line, _ in generated[topic]]
-    sure, ours = topic_parser(topic, 4096).parse(pa.array(lines, pa.binary()))
-    vouched = sure.to_pylist()
-    theirs = (parse_topic(spark.createDataFrame([(bytearray(x),) for x in lines], "value binary"), topic,
-                          max_line_bytes=4096)
-              .select("rejected", "event_id", "event_time", "event_date", "record").toArrow())
+    parsed = topic_parser(topic, 4096).parse(pa.array(lines, pa.binary()))
+    accepted_here, rejected_here = parsed.accepted.to_pylist(), parsed.rejected.to_pylist()
+    frame = spark.createDataFrame([(bytearray(x),) for x in lines], "value binary")
+    theirs = (with_reason(parse_topic(frame, topic, max_line_bytes=4096), topic, max_line_bytes=4096)
+              .withColumn("bronze_date", F.coalesce("event_date", bronze_event_date(topic)))
+              .select("rejected", "reason", "bronze_date", "event_id", "event_time", "event_date", "record")
+              .toArrow())
     # Compared as integers: Spark takes years Python's datetime cannot hold.
+    ours = parsed.events
+    reasons, bronze_dates = theirs["reason"].to_pylist(), theirs["bronze_date"].cast(pa.int32()).to_pylist()
     theirs = pa.table({"rejected": theirs["rejected"],
                        **{name: theirs[name].cast(_as_integers(ours.schema.field(name).type))
                           for name in ours.column_names}})
     ours = pa.table({name: ours[name].cast(_as_integers(ours.schema.field(name).type)) for name in ours.column_names})
     accepted = [not rejected for rejected in theirs["rejected"].to_pylist()]
-    at = [i for i, sure in enumerate(vouched) if sure]  # ours holds the vouched lines only
+    at = [i for i, sure in enumerate(accepted_here) if sure]  # ours holds the accepted lines only
     wrong = []
     for column in ("event_id", "event_time", "event_date", "record"):
         for i, mine in zip(at, ours[column].to_pylist()):
             spark_value = theirs[column][i].as_py()
             if not accepted[i] or _canonical(mine) != _canonical(spark_value):
                 wrong.append((lines[i], column, mine, spark_value, accepted[i]))
+    at = [i for i, sure in enumerate(rejected_here) if sure]
+    ours_rejected = parsed.rejections
+    ours_days = ours_rejected["bronze_date"].cast(pa.int32()).to_pylist()
+    for i, reason, day in zip(at, ours_rejected["reason"].to_pylist(), ours_days):
+        if accepted[i] or (reason, day) != (reasons[i], bronze_dates[i]):
+            wrong.append((lines[i], "rejected", reason, day, reasons[i], bronze_dates[i]))
     assert not wrong, "\n".join(map(repr, wrong[:10]))
-    # The fast path is the path: every valid line a producer sends is vouched for...
-    assert all(vouched[len(lines) - len(generated[topic]) + i] for i, (_, valid) in enumerate(generated[topic])
-               if valid)
+    # The fast path is the path: every line a producer sends, valid or corrupt, is decided here...
+    produced = len(lines) - len(generated[topic])
+    assert all(accepted_here[produced + i] == valid and rejected_here[produced + i] != valid
+               for i, (_, valid) in enumerate(generated[topic]))
     # ...and the comparison above covered many lines of each kind.
-    assert sum(vouched) >= 40 and sum(accepted) - sum(vouched) >= 0 and accepted.count(False) >= 40
+    assert sum(accepted_here) >= 40 and sum(rejected_here) >= 200 and accepted.count(False) >= 40
 
 
 def test_a_timestamp_is_read_to_the_microsecond_in_utc():
