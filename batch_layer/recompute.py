@@ -6,9 +6,11 @@ distinct counts are exact. A dimension is rebuilt from its inputs' whole history
 end and stored under the day (the snapshot serving merges with the stream's later changes).
 Each view's partition for the day is replaced as a whole, so a rerun gives the same table.
 
-Spark parses and deduplicates Bronze. On a local master a day of moderate size then comes to the
-driver as Arrow and DuckDB runs the views' SQL on it (``LAMBDALAKE_BATCH_ENGINE``, as ingest's
-pass does per micro-batch): nine small Spark plans cost more than their data there.
+Spark parses and deduplicates Bronze. On a local master a day of moderate size is read to the
+driver instead (``LAMBDALAKE_BATCH_ENGINE``, as ingest's pass does per micro-batch): the driver's
+parser decides the lines it is sure of (:mod:`include.line_parser`), Spark only the odd ones, the
+first copies are kept in Arrow, and DuckDB runs the views' SQL: nine small Spark plans, and a
+Spark job reading every line, cost more than their data there.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from include.config import ConfigError, Settings
 from include.coverage import bronze_row_counts, input_days
 from include.lakehouse import LakehouseStore
 from include import tables
+from include.line_parser import topic_parser
 from include.parsing import parse_topic
 from include.registry import ViewContext, column_names
 from include.schemas import TOPICS
 from include.views import VIEWS, VIEWS_BY_NAME
-from include.views.rules import first_copies
+from include.views.rules import FIRST_COPY_ORDER, first_copies
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -41,6 +44,7 @@ BATCH_THREADS = 4
 # The most Bronze rows a day's rebuild reads for ``auto`` to run it on the driver: their parsed
 # events are held there as Arrow (a few hundred bytes each).
 DRIVER_MAX_ROWS = 5_000_000
+COPY_COLUMNS = ["value", "source", "arrived_at"]  # a Bronze line's own columns the dedup orders by
 
 
 def events(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> DataFrame:
@@ -111,7 +115,8 @@ def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[
     ensure_batch_tables(store)
     days = input_days(store, settings, day)
     if on_driver(store, settings, days):
-        collected = in_parallel({topic: (_collect, store, settings, topic, wanted) for topic, wanted in days.items()})
+        collected = in_parallel({topic: (events_on_driver, store, settings, topic, wanted)
+                                 for topic, wanted in days.items()})
         views = batch_rows_on_driver(collected, settings, day)
         return in_parallel({table: (_replace_arrow, store, table, rows, day) for table, rows in views.items()})
     # Parsed once: most topics feed several views (orders four of them).
@@ -134,8 +139,40 @@ def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[
             events_of_topic.unpersist()
 
 
-def _collect(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> pa.Table:
-    return events(store, settings, topic, days).toArrow()
+def events_on_driver(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> pa.Table:
+    """:func:`events` as Arrow, parsed on the driver: Bronze's lines read by delta-rs, the lines
+    the driver's parser is not sure of parsed by the shared parser on Spark, then the first copy
+    of each event id by :data:`include.views.rules.FIRST_COPY_ORDER`."""
+    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
+    lines = store.select_arrow(tables.bronze(topic), COPY_COLUMNS, f"event_date IN ({wanted})")
+    parsed = topic_parser(topic, settings.max_line_bytes).parse(lines["value"])
+    accepted = lines.filter(parsed.accepted)
+    parts = [pa.table({"event_id": parsed.events["event_id"], "event_time": parsed.events["event_time"],
+                       **{name: accepted[name] for name in COPY_COLUMNS}, "record": parsed.events["record"]})]
+    odd = lines.filter(pc.invert(pc.or_(parsed.accepted, parsed.rejected)))
+    if odd.num_rows:
+        decided = parse_topic(store.spark.createDataFrame(odd), topic, settings.max_line_bytes)
+        valid = decided.where("record IS NOT NULL").select("event_id", "event_time", *COPY_COLUMNS, "record")
+        parts.append(valid.toArrow().cast(parts[0].schema))
+    events = pa.concat_tables(parts)
+    events = events.take(first_of_each(events, "event_id"))
+    fields = pa.Table.from_struct_array(events["record"])
+    extra = [] if "event_time" in fields.column_names else ["event_time"]
+    for name in [*extra, "arrived_at"]:
+        fields = fields.append_column(name, events[name])
+    return fields
+
+
+def first_of_each(rows: pa.Table, key: str) -> pa.Array:
+    """The row numbers of the first copy of each ``key`` by :data:`FIRST_COPY_ORDER` (as
+    :func:`include.views.rules.first_copies` keeps it: nulls last)."""
+    numbered = rows.select([key, *FIRST_COPY_ORDER]).append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
+    ordered = numbered.sort_by([(key, "ascending"), *[(column, "ascending") for column in FIRST_COPY_ORDER]])
+    keys = ordered[key].combine_chunks()
+    if not len(keys):
+        return pa.array([], pa.int64())
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys[1:], keys[:-1])])
+    return ordered["_row"].filter(first)
 
 
 def _replace_arrow(store: LakehouseStore, table: str, rows: pa.Table, day: date) -> int:

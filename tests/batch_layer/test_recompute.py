@@ -83,3 +83,38 @@ def test_both_engines_rebuild_and_reconcile_a_day_alike(streamed_lake, tmp_path)
     written, reconciled, _ = seen["duckdb"]
     assert written["batch/order_payments"] > 0 and ("order_payments", "late_matches_recovered") in {
         (view, metric) for view, metric, *_ in reconciled}
+
+
+def test_the_driver_reads_a_days_events_as_spark_does(settings, spark):
+    """events_on_driver (the driver's parser, Spark for odd lines, first copies in Arrow) gives
+    :func:`recompute.events`' rows: valid, odd, rejected and repeated lines, copies that differ
+    in arrival, source or bytes, and a line of another day."""
+    store = open_store(settings, spark)
+    schema = tables.arrow_schema(tables.BRONZE_SCHEMA)
+    store.ensure_table(tables.bronze("orders"), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS)
+    at = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
+
+    def order(order_id: str, time: str = "2026-11-20T09:00:00Z", amount: str = "12.5") -> bytes:
+        return (f'{{"order_id": "{order_id}", "user_id": "u1", "product_id": "p1", "category": "books", '
+                f'"amount": {amount}, '
+                f'"event_time": "{time}"}}').encode()
+
+    lines = [
+        (order("o1"), "b", at), (order("o1"), "a", at), (order("o1", amount="12.50"), "a", at),  # copies
+        (order("o2"), "a", at.replace(hour=11)), (order("o2", amount="13"), "z", at),
+        (order("o3", "2026-11-20T09:00:00.123456789Z"), "a", at),  # odd: Spark decides it
+        (order("o4", amount='"12.50 EUR"'), "a", at), (order("o5")[:30], "a", at),  # rejected
+        (order("o6", "2026-11-21T01:00:00Z"), "a", at),  # another day
+        (order("o7", "2026-11-20T23:00:00-02:00"), "a", at), (order("o7", "2026-11-21T01:00:00Z"), "a", at),
+    ]
+    rows = [{"value": value, "topic": "orders", "source": source, "arrived_at": arrived, "ingested_at": at,
+             "batch_id": 0, "event_date": date(2026, 11, 21) if b"11-21" in value else DAY}
+            for value, source, arrived in lines]
+    store.append(tables.bronze("orders"), pa.Table.from_pylist([{n: r.get(n) for n in schema.names} for r in rows],
+                                                               schema))
+    for days in ([DAY], [DAY, date(2026, 11, 21)]):
+        theirs = recompute.events(store, settings, "orders", days).toArrow()
+        mine = recompute.events_on_driver(store, settings, "orders", days)
+        assert mine.schema == theirs.schema
+        assert sorted(mine.to_pylist(), key=repr) == sorted(theirs.to_pylist(), key=repr)
+        assert {"o1", "o2", "o3"} <= set(mine["order_id"].to_pylist()) and "o4" not in mine["order_id"].to_pylist()
