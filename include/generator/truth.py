@@ -58,15 +58,17 @@ def revenue_by_category_5m(orders: list[Event]) -> list[dict]:
 
 def traffic_by_page_10m(clicks: list[Event]) -> list[dict]:
     """Each click counts in the two 10-minute windows (starting every 5 minutes) that contain it."""
-    groups: dict[tuple[datetime, str], list[Event]] = defaultdict(list)
+    groups: dict[tuple[int, str], list[Event]] = defaultdict(list)  # by window start in epoch seconds
     slide = int(TRAFFIC_SLIDE.total_seconds())
     for click in clicks:
         epoch = int(click.event_time.timestamp())
         latest = epoch - epoch % slide
-        for start in (latest - slide, latest):
-            groups[(datetime.fromtimestamp(start, timezone.utc), click.payload["page_url"])].append(click)
+        page = click.payload["page_url"]
+        groups[(latest - slide, page)].append(click)
+        groups[(latest, page)].append(click)
     rows = []
-    for (start, page), members in sorted(groups.items()):
+    for (epoch, page), members in sorted(groups.items()):
+        start = datetime.fromtimestamp(epoch, timezone.utc)
         actions = Counter(c.payload["action"] for c in members)
         rows.append({
             "window_start": iso_utc(start), "window_end": iso_utc(start + TRAFFIC_WINDOW), "page_url": page,
