@@ -353,7 +353,7 @@ class TopicParser:
             ts_ms = line.get("ts_ms")
             if type(ts_ms) is int:
                 return ts_ms // MILLIS_PER_DAY if CDC_TS_MS_RANGE[0] <= ts_ms <= CDC_TS_MS_RANGE[1] else None
-            if type(ts_ms) is str and any(c.isdigit() for c in ts_ms) or type(ts_ms) is float:
+            if type(ts_ms) is float or (type(ts_ms) is str and any(c.isdigit() for c in ts_ms)):
                 raise Unsure  # Spark's cast of such text to bigint decides
             return None  # null, true, an object, text without a digit: no number
         stamp = line.get("event_time")
