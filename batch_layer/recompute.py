@@ -34,7 +34,7 @@ from include.parsing import parse_topic
 from include.registry import ViewContext, column_names
 from include.schemas import TOPICS
 from include.views import VIEWS, VIEWS_BY_NAME
-from include.views.rules import FIRST_COPY_ORDER, first_copies
+from include.views.rules import first_copies, first_copy_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -51,8 +51,7 @@ def events(store: LakehouseStore, settings: Settings, topic: str, days: list[dat
     """A topic's valid events of the given event days, parsed from Bronze, one row per event id
     (the copy the stream kept): its typed fields, event time and arrival time, as the speed
     layer's feeds hold them."""
-    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
-    bronze = store.read(tables.bronze(topic)).where(f"event_date IN ({wanted})")
+    bronze = store.read(tables.bronze(topic)).where(_of_days(days))
     parsed = parse_topic(bronze, topic, settings.max_line_bytes).where("record IS NOT NULL")
     extra = [] if "event_time" in TOPICS[topic].schema.fieldNames() else ["event_time"]
     return first_copies(parsed, ["event_id"]).select("record.*", *extra, "arrived_at")
@@ -142,9 +141,8 @@ def recompute_day(store: LakehouseStore, settings: Settings, day: date) -> dict[
 def events_on_driver(store: LakehouseStore, settings: Settings, topic: str, days: list[date]) -> pa.Table:
     """:func:`events` as Arrow, parsed on the driver: Bronze's lines read by delta-rs, the lines
     the driver's parser is not sure of parsed by the shared parser on Spark, then the first copy
-    of each event id by :data:`include.views.rules.FIRST_COPY_ORDER`."""
-    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
-    lines = store.select_arrow(tables.bronze(topic), COPY_COLUMNS, f"event_date IN ({wanted})")
+    of each event id (:func:`include.views.rules.first_copy_rows`)."""
+    lines = store.select_arrow(tables.bronze(topic), COPY_COLUMNS, _of_days(days))
     parsed = topic_parser(topic, settings.max_line_bytes).parse(lines["value"])
     accepted = lines.filter(parsed.accepted)
     parts = [pa.table({"event_id": parsed.events["event_id"], "event_time": parsed.events["event_time"],
@@ -155,7 +153,7 @@ def events_on_driver(store: LakehouseStore, settings: Settings, topic: str, days
         valid = decided.where("record IS NOT NULL").select("event_id", "event_time", *COPY_COLUMNS, "record")
         parts.append(valid.toArrow().cast(parts[0].schema))
     events = pa.concat_tables(parts)
-    events = events.take(first_of_each(events, "event_id"))
+    events = events.take(first_copy_rows(events, "event_id"))
     fields = pa.Table.from_struct_array(events["record"])
     extra = [] if "event_time" in fields.column_names else ["event_time"]
     for name in [*extra, "arrived_at"]:
@@ -163,16 +161,10 @@ def events_on_driver(store: LakehouseStore, settings: Settings, topic: str, days
     return fields
 
 
-def first_of_each(rows: pa.Table, key: str) -> pa.Array:
-    """The row numbers of the first copy of each ``key`` by :data:`FIRST_COPY_ORDER` (as
-    :func:`include.views.rules.first_copies` keeps it: nulls last)."""
-    numbered = rows.select([key, *FIRST_COPY_ORDER]).append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
-    ordered = numbered.sort_by([(key, "ascending"), *[(column, "ascending") for column in FIRST_COPY_ORDER]])
-    keys = ordered[key].combine_chunks()
-    if not len(keys):
-        return pa.array([], pa.int64())
-    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys[1:], keys[:-1])])
-    return ordered["_row"].filter(first)
+def _of_days(days: list[date]) -> str:
+    """SQL selecting Bronze's lines of the given event days (both engines read it)."""
+    wanted = ", ".join(f"DATE'{day.isoformat()}'" for day in days) or "NULL"
+    return f"event_date IN ({wanted})"
 
 
 def _replace_arrow(store: LakehouseStore, table: str, rows: pa.Table, day: date) -> int:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from include import tables
 from include.lakehouse import LakehouseStore
 from include.registry import sql_time
-from include.views.rules import FIRST_COPY_ORDER
+from include.views.rules import first_copy_rows
 
 SEPARATOR = "\x1f"  # between topic and event id in a key: in neither
 
@@ -46,15 +46,11 @@ class SeenEvents:
         self._forget(now - self.window)
         numbered = rows.append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
         valid = numbered.filter(pc.invert(numbered["rejected"]))
-        order = [(column, "ascending") for column in FIRST_COPY_ORDER]
-        valid = valid.sort_by([("topic", "ascending"), ("event_id", "ascending"), *order])
-        keys = pc.binary_join_element_wise(valid["topic"], valid["event_id"], SEPARATOR).to_pylist()
-        first, seen = [], set()
-        for row, key in zip(valid["_row"].to_pylist(), keys):
-            if key not in seen:
-                seen.add(key)
-                if key not in self._ingested:  # it holds the window's ids only (forgotten above)
-                    first.append(row)
+        valid = valid.append_column("_key", pc.binary_join_element_wise(valid["topic"], valid["event_id"], SEPARATOR))
+        firsts = valid.take(first_copy_rows(valid, "_key"))
+        # The memory holds the window's ids only (forgotten above).
+        first = [row for row, key in zip(firsts["_row"].to_pylist(), firsts["_key"].to_pylist())
+                 if key not in self._ingested]
         kept = sorted(first + numbered.filter(numbered["rejected"])["_row"].to_pylist())  # in the batch's order
         return rows.take(pa.array(kept, pa.int64()))
 
