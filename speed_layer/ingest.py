@@ -302,55 +302,69 @@ class IngestBatch:
         delay = self.settings.watermark_delay
         return {topic: (self._maxima[topic] - delay if topic in self._maxima else None) for topic in self.topics}
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        watermarks = self.watermarks(batch_id)
-        valid = ~F.col("rejected")
-        values = {
+    def _batch_values(self, batch_id: int, watermarks: dict[str, datetime | None]) -> dict[str, pa.Array]:
+        """What every row of a topic gets from its micro-batch."""
+        return {
             "topic": pa.array(self.topics, pa.string()),
             "batch_id": pa.array([batch_id] * len(self.topics), pa.int64()),
             "watermark_at_arrival": pa.array([watermarks[topic] for topic in self.topics], pa.timestamp("us", "UTC")),
         }
-        on_driver = self.seen is not None
-        if on_driver:  # Spark's current_timestamp() would compile the query's code anew each micro-batch
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.seen is not None:  # the pass on the driver: the micro-batch's lines there, in one Spark job
+            started = time.perf_counter()
+            lines = batch.toArrow()
+            # Spark's current_timestamp() would compile the query's code anew each micro-batch.
             at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
-            values["ingested_at"] = pa.array([at] * len(self.topics), pa.timestamp("us", "UTC"))
-        else:
-            batch = with_batch_values(batch, pa.table(values), on="topic")
-            late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
-            batch = batch.withColumn("is_late", late).persist()  # its writes each read it
+            self.ingest_lines(lines, batch_id, at, batch.sparkSession, time.perf_counter() - started)
+            return
+        watermarks = self.watermarks(batch_id)
+        valid = ~F.col("rejected")
+        batch = with_batch_values(batch, pa.table(self._batch_values(batch_id, watermarks)), on="topic")
+        late = valid & F.coalesce(F.col("event_time") <= F.col("watermark_at_arrival"), F.lit(False))
+        batch = batch.withColumn("is_late", late).persist()  # its writes each read it
         started = time.perf_counter()
         try:
-            arrow = raw = None
-            if on_driver:  # the micro-batch's lines on the driver, in one Spark job
-                lines = batch.toArrow()
-                read = time.perf_counter()
-                raw = self._flagged(parse_on_driver(lines, batch.sparkSession, self.record_topics,
-                                                    self.settings.max_line_bytes), pa.table(values))
-                parsed = time.perf_counter()
-                arrow = self.seen.first_copies(raw, batch_id).drop_columns(LINE_COLUMNS)
-                counts = driver_pass.counts(arrow)
-                for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
-                    counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
-                                                     "max_event_time": None})["bronze_rows"] = row["topic_count"]
-                self._timings = {"read": read - started, "parse": parsed - read, "dedup": time.perf_counter() - parsed}
-            else:
-                summary = batch.groupBy("topic").agg(
-                    F.count(F.when(valid, 1)).alias("silver_rows"),
-                    F.count(F.when(~valid, 1)).alias("dlq_rows"),
-                    F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
-                    F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
-                ).collect()
-                counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
-                          for row in summary}
-                self._timings = {"read, parse, dedup": time.perf_counter() - started}
+            summary = batch.groupBy("topic").agg(
+                F.count(F.when(valid, 1)).alias("silver_rows"),
+                F.count(F.when(~valid, 1)).alias("dlq_rows"),
+                F.count(F.when(F.col("is_late"), 1)).alias("late_rows"),
+                F.max(F.when(valid, F.unix_micros("event_time"))).alias("max_event_micros"),
+            ).collect()
+            counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
+                      for row in summary}
+            self._timings = {"read, parse, dedup": time.perf_counter() - started}
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                recent = self._write(batch.coalesce(tasks), tasks, batch_id, counts, watermarks, arrow, raw)
+                recent = self._write(batch.sparkSession, batch.coalesce(tasks), tasks, batch_id, counts, watermarks)
         finally:
             batch.unpersist()
-        if on_driver:
-            self.seen.keep(arrow, batch_id)
+        self._done(batch_id, counts, recent)
+
+    def ingest_lines(self, lines: pa.Table, batch_id: int, at: datetime, spark: SparkSession,
+                     read_seconds: float = 0.0) -> None:
+        """A micro-batch of landed lines (``topic``, ``value``, ``source``, ``arrived_at``) through
+        the pass on the driver; ``at`` is the micro-batch's time (``ingested_at``), the same on a replay."""
+        watermarks = self.watermarks(batch_id)
+        values = self._batch_values(batch_id, watermarks)
+        values["ingested_at"] = pa.array([at] * len(self.topics), pa.timestamp("us", "UTC"))
+        started = time.perf_counter()
+        raw = self._flagged(parse_on_driver(lines, spark, self.record_topics, self.settings.max_line_bytes),
+                            pa.table(values))
+        parsed = time.perf_counter()
+        arrow = self.seen.first_copies(raw, batch_id).drop_columns(LINE_COLUMNS)
+        counts = driver_pass.counts(arrow)
+        for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
+            counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
+                                             "max_event_time": None})["bronze_rows"] = row["topic_count"]
+        self._timings = {"read": read_seconds, "parse": parsed - started, "dedup": time.perf_counter() - parsed}
+        recent = self._write(spark, None, 1, batch_id, counts, watermarks, arrow, raw) if counts else {}
+        self.seen.keep(arrow, batch_id)
+        self._done(batch_id, counts, recent)
+
+    def _done(self, batch_id: int, counts: dict[str, dict], recent: dict[str, pa.Table]) -> None:
+        """The state the next micro-batch starts from: recent events, each topic's max event time."""
         self.recent.add(batch_id, recent)
         for topic, count in counts.items():
             if count["max_event_time"] is not None:
@@ -375,10 +389,10 @@ class IngestBatch:
         cores = batch.sparkSession.sparkContext.defaultParallelism
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
-    def _write(self, batch: DataFrame, tasks: int, batch_id: int, counts: dict[str, dict], watermarks: dict,
-               arrow: pa.Table | None = None, raw: pa.Table | None = None) -> dict[str, pa.Table]:
-        """Every write of the micro-batch; returns its on-time events of the topics the pass reads
-        again (:mod:`speed_layer.recent`)."""
+    def _write(self, spark: SparkSession, batch: DataFrame | None, tasks: int, batch_id: int, counts: dict[str, dict],
+               watermarks: dict, arrow: pa.Table | None = None, raw: pa.Table | None = None) -> dict[str, pa.Table]:
+        """Every write of the micro-batch (``batch`` on Spark, or ``arrow`` and ``raw`` on the
+        driver); returns its on-time events of the topics the pass reads again (:mod:`speed_layer.recent`)."""
         txn = Txn(QUERY, batch_id)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         on_driver = arrow is not None  # speed_layer/driver_pass.py
@@ -421,11 +435,11 @@ class IngestBatch:
         recent = cache(lambda: self.recent.before(
             batch_id, watermarks, {topic: rows.schema for topic, rows in collect(recent_topics).items()}))
         micro_batch = MicroBatch(
-            spark=batch.sparkSession, txn=txn,
+            spark=spark, txn=txn,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
             # On the driver the micro-batch is not cached: a Spark step reads its Arrow events.
-            events=((lambda topic: batch.sparkSession.createDataFrame(collect([topic])[topic])) if on_driver
+            events=((lambda topic: spark.createDataFrame(collect([topic])[topic])) if on_driver
                     else (lambda topic: view_events(batch, topic))),
             collect=collect, recent=lambda topic: recent()[topic],
             lookback=lambda lookback, events, query: self.recent.moments(

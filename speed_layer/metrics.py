@@ -1,6 +1,7 @@
 """Stream metrics and heartbeat.
 
-A StreamingQueryListener turns every query progress into a ``stream_metrics`` row (input rows,
+A StreamingQueryListener turns every query progress (and the driver's landing ingest reports
+its micro-batches alike) into a ``stream_metrics`` row (input rows,
 rates, where the batch time went, watermark, state rows, rows dropped by watermark, output
 rows). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
 calls every few seconds along with writing the heartbeat file the supervisor reads.
@@ -86,43 +87,34 @@ class StreamMetrics(StreamingQueryListener):
 
     # ---- listener callbacks (Spark's listener thread) --------------------------------------
     def onQueryStarted(self, event: Any) -> None:
-        with self._lock:
-            self._names[str(event.id)] = event.name
-            self.queries[event.name] = {"status": "running", "started_at": datetime.now(timezone.utc).isoformat()}
+        self.started(event.name, str(event.id))
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
         operators = progress.stateOperators or []
-        now = datetime.now(timezone.utc)
-        with self._lock:
-            self._rows.append(
-                {
-                    "query": progress.name,
-                    "run_id": str(progress.runId),
-                    "batch_id": progress.batchId,
-                    "timestamp": _instant(progress.timestamp),
-                    "input_rows": progress.numInputRows,
-                    "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
-                    "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
-                    "batch_duration_ms": progress.batchDuration,
-                    "duration_ms": json.dumps(progress.durationMs),
-                    "watermark": _instant((progress.eventTime or {}).get("watermark")),
-                    "state_rows": sum(op.numRowsTotal for op in operators),
-                    "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
-                    "output_rows": progress.sink.numOutputRows if progress.sink else None,
-                    # The newest event time the micro-batch read (a query with a watermark says).
-                    "max_event_time": _instant((progress.eventTime or {}).get("max")),
-                }
-            )
-            entry = self.queries.setdefault(progress.name, {"status": "running"})
-            entry.update(batch_id=progress.batchId, last_progress_at=now.isoformat(), input_rows=progress.numInputRows)
-            self._input_rows[progress.name] = self._input_rows.get(progress.name, 0) + progress.numInputRows
-            if progress.numInputRows:
-                entry["last_input_at"] = now.isoformat()
-            behind = [int(source.metrics["maxOffsetsBehindLatest"]) for source in progress.sources or []
-                      if "maxOffsetsBehindLatest" in (source.metrics or {})]
-            if behind:  # Kafka sources: the records waiting in each topic's furthest-behind partition
-                entry["records_behind"] = sum(behind)
+        behind = [int(source.metrics["maxOffsetsBehindLatest"]) for source in progress.sources or []
+                  if "maxOffsetsBehindLatest" in (source.metrics or {})]
+        self.progressed(
+            {
+                "query": progress.name,
+                "run_id": str(progress.runId),
+                "batch_id": progress.batchId,
+                "timestamp": _instant(progress.timestamp),
+                "input_rows": progress.numInputRows,
+                "input_rows_per_second": float(progress.inputRowsPerSecond or 0.0),
+                "processed_rows_per_second": float(progress.processedRowsPerSecond or 0.0),
+                "batch_duration_ms": progress.batchDuration,
+                "duration_ms": json.dumps(progress.durationMs),
+                "watermark": _instant((progress.eventTime or {}).get("watermark")),
+                "state_rows": sum(op.numRowsTotal for op in operators),
+                "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
+                "output_rows": progress.sink.numOutputRows if progress.sink else None,
+                # The newest event time the micro-batch read (a query with a watermark says).
+                "max_event_time": _instant((progress.eventTime or {}).get("max")),
+            },
+            # Kafka sources: the records waiting in each topic's furthest-behind partition.
+            records_behind=sum(behind) if behind else None,
+        )
 
     def onQueryIdle(self, event: Any) -> None:
         with self._lock:
@@ -130,9 +122,32 @@ class StreamMetrics(StreamingQueryListener):
             self.queries.setdefault(name, {})["last_idle_at"] = datetime.now(timezone.utc).isoformat()
 
     def onQueryTerminated(self, event: Any) -> None:
+        self.terminated(str(event.id), event.exception)
+
+    # ---- what a query (Spark's, through the callbacks above, or the driver's ingest) reports ----
+    def started(self, name: str, query_id: str) -> None:
         with self._lock:
-            entry = self.queries.setdefault(self._names.get(str(event.id), str(event.id)), {})
-            entry.update(status="failed" if event.exception else "stopped", exception=event.exception)
+            self._names[query_id] = name
+            self.queries[name] = {"status": "running", "started_at": datetime.now(timezone.utc).isoformat()}
+
+    def progressed(self, row: dict[str, Any], records_behind: int | None = None) -> None:
+        """A micro-batch done: ``row`` is its ``stream_metrics`` row."""
+        now = datetime.now(timezone.utc)
+        name, batch_id, input_rows = row["query"], row["batch_id"], row["input_rows"]
+        with self._lock:
+            self._rows.append(row)
+            entry = self.queries.setdefault(name, {"status": "running"})
+            entry.update(batch_id=batch_id, last_progress_at=now.isoformat(), input_rows=input_rows)
+            self._input_rows[name] = self._input_rows.get(name, 0) + input_rows
+            if input_rows:
+                entry["last_input_at"] = now.isoformat()
+            if records_behind is not None:
+                entry["records_behind"] = records_behind
+
+    def terminated(self, query_id: str, exception: str | None) -> None:
+        with self._lock:
+            entry = self.queries.setdefault(self._names.get(query_id, query_id), {})
+            entry.update(status="failed" if exception else "stopped", exception=exception)
 
     # ---- runner side ----------------------------------------------------------------------
     def input_rows(self, query: str) -> int:

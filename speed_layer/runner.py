@@ -26,12 +26,14 @@ from include.config import ConfigError, Settings
 from include.disk_space import as_no_space_left
 from include.doctor import torn_checkpoint_logs
 from include.lakehouse import LakehouseStore, open_store
+from include.schemas import TOPIC_NAMES
 from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.announce import DayCompleteAnnouncer
 from speed_layer.compaction import StreamCompaction
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
+from speed_layer.landing_reader import LandingIngest, reads_landing_on_driver
 from speed_layer.metrics import StreamMetrics
 from speed_layer.stream_progress import StreamProgress
 from speed_layer.sources import open_source
@@ -52,10 +54,14 @@ class StreamFailed(RuntimeError):
     """A streaming query died; the message names it and says why."""
 
 
-def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore,
-                   available_now: bool = False) -> dict[str, DataStreamWriter]:
+def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore, metrics: StreamMetrics,
+                   available_now: bool = False) -> dict[str, DataStreamWriter | LandingIngest]:
     """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds); with
-    the pass on the driver, ingest writes Bronze itself and no Bronze query runs."""
+    the pass on the driver, ingest writes Bronze itself and no Bronze query runs, and on a local
+    landing zone the driver reads the files too (:mod:`speed_layer.landing_reader`)."""
+    if reads_landing_on_driver(settings):
+        return {ingest.QUERY: LandingIngest(spark, settings, ingest.IngestBatch(settings, store, TOPIC_NAMES),
+                                            metrics)}
     raw = open_source(spark, settings, available_now)  # each query reads it with a source of its own
     topics = tuple(raw)
     events = ingest.parsed_events(raw, settings)
@@ -109,8 +115,12 @@ def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
     return settings.shuffle_partitions  # a cluster's executors may not have registered yet
 
 
-def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
-           available_now: bool) -> StreamingQuery:
+def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter | LandingIngest, name: str,
+           available_now: bool) -> StreamingQuery | LandingIngest:
+    checkpoint = settings.checkpoints_dir / name
+    remove_torn_writes(checkpoint)
+    if isinstance(writer, LandingIngest):  # no Spark query: the driver's loop
+        return writer.start(available_now)
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
     spark.conf.set(SHUFFLE_PARTITIONS, str(stream_shuffle_partitions(spark, settings)))
     # Ingest caches each micro-batch for the seconds its writes read it, and compressing that cache
@@ -121,8 +131,6 @@ def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, na
     else:
         interval = query_trigger_intervals(settings)[name]
         writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
-    checkpoint = settings.checkpoints_dir / name
-    remove_torn_writes(checkpoint)
     query = writer.option("checkpointLocation", str(checkpoint)).start()
     _take_settings_now(query)
     return query
@@ -254,7 +262,7 @@ def run_stream(
     checkpoints = settings.checkpoints_dir
     finished = False
     try:
-        ingesting = ingest_writers(spark, settings, store, available_now)
+        ingesting = ingest_writers(spark, settings, store, metrics, available_now)
         gold = gold_writers(spark, settings, store)
         metrics.write_heartbeat("starting")
         if on_started:

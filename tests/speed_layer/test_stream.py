@@ -265,8 +265,9 @@ def test_accounting_on_generated_data(spark, settings, pass_engine):
     assert ingested.where("batch_id > 0 AND watermark IS NULL").count() == 0
     # The queries started with their own settings (ingest's cache uncompressed, the stream's
     # partitions, kept in the checkpoint); the session, which a batch job may share, keeps its own.
+    # On the driver's landing reader ingest is no Spark query: its plans carry no Spark settings.
     offsets = (settings.checkpoints_dir / ingest.QUERY / "offsets" / "0").read_text().splitlines()
-    assert json.loads(offsets[1])["conf"][SHUFFLE_PARTITIONS] == "1"
+    assert json.loads(offsets[1])["conf"].get(SHUFFLE_PARTITIONS) == ("1" if pass_engine == "spark" else None)
     assert spark.conf.get(CACHE_COMPRESSED) == "true"
     assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
 
