@@ -12,6 +12,7 @@ Spark's sketch format, so sketches from either engine merge), ``timestamp_second
 
 from __future__ import annotations
 
+import atexit
 import math
 import re
 import threading
@@ -104,12 +105,32 @@ def duckdb_rows(sql: str, inputs: Mapping[str, pa.Table], connection: duckdb.Duc
 
 
 _threads = threading.local()
+# Every thread's connection, also held here: a thread's end then never runs DuckDB's destructor.
+# Run there, it may overlap the interpreter's shutdown (a py4j callback thread, the landing
+# reader's), and a C++ destructor interrupted by it aborts the process. Connections of ended
+# threads are closed when a thread makes a new one, the rest at exit.
+_connections: dict[int, tuple[threading.Thread, duckdb.DuckDBPyConnection]] = {}
+_connections_lock = threading.Lock()
 
 
 def _thread_connection() -> duckdb.DuckDBPyConnection:
     if not hasattr(_threads, "connection"):
         _threads.connection = duckdb_connection()
+        with _connections_lock:
+            for ident, (thread, connection) in list(_connections.items()):
+                if not thread.is_alive():
+                    connection.close()
+                    del _connections[ident]
+            _connections[threading.get_ident()] = (threading.current_thread(), _threads.connection)
     return _threads.connection
+
+
+@atexit.register
+def _close_connections() -> None:
+    with _connections_lock:
+        for _, connection in _connections.values():
+            connection.close()
+        _connections.clear()
 
 
 def duckdb_connection() -> duckdb.DuckDBPyConnection:
