@@ -17,7 +17,8 @@
    Structured Streaming query reads the same files as text and writes Parquet, five files (one
    per topic's) per micro-batch per ``--max-files-per-trigger``: what any speed layer on Spark
    does at least.
-Where the stream's time went comes from ``stream_metrics`` (Spark's durationMs per batch).
+Where the stream's time went comes from ``stream_metrics`` (durationMs per micro-batch: Spark's, or the
+driver's landing ingest's, which reports the same phases).
 Writes a Markdown report to ``benchmarks/results/speed_layer.md``.
 """
 
@@ -184,7 +185,8 @@ def main() -> int:
           f"{floor['processing'] / result['processing']:.2f}x"
           for result in runs for floor in floors if floor["files"] == result["files"]],
         "",
-        "Where each run's time went (Spark `durationMs` summed over micro-batches, seconds; queries run concurrently):",
+        "Where each run's time went (`durationMs` from `stream_metrics` summed over micro-batches, seconds; "
+        "queries run concurrently):",
         "",
         "| files per micro-batch | views | query | micro-batches | addBatch s | s per micro-batch "
         "| triggerExecution s |",
