@@ -1,4 +1,5 @@
-"""The stream runner: all speed-layer queries in one Spark application.
+"""The stream runner: all speed-layer queries in one Spark application (on a local landing zone
+ingest is the driver's own loop, :mod:`speed_layer.landing_reader`, run like a query).
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
 queries (in small micro-batches, so watermarks advance between them: see
