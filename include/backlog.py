@@ -12,6 +12,7 @@ the latest offsets instead, in its progress.)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -45,6 +46,33 @@ class Backlog:
     def __add__(self, other: Backlog) -> Backlog:
         arrivals = [moment for moment in (self.oldest_arrival, other.oldest_arrival) if moment]
         return Backlog(self.files + other.files, self.bytes + other.bytes, min(arrivals) if arrivals else None)
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    topic: str
+    path: Path
+    modified_ms: int  # as Spark sees a file's modification time
+    size: int
+
+
+def landed_files(folder: Path, topic: str) -> list[LandedFile]:
+    """The topic's complete landing files (``*.jsonl``, not hidden: a file is written under
+    another name and renamed), oldest first, as the stream takes them."""
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        if not entry.name.endswith(".jsonl") or entry.name.startswith((".", "_")):
+            continue
+        try:
+            stat = entry.stat()
+        except FileNotFoundError:  # moved away while listed
+            continue
+        found.append(LandedFile(topic, Path(entry.path), stat.st_mtime_ns // 1_000_000, stat.st_size))
+    return sorted(found, key=lambda file: (file.modified_ms, file.path.name))
 
 
 def _millis(moment_ms: int) -> datetime:
@@ -87,16 +115,10 @@ def landing_backlog(settings: Settings, through: Mapping[str, datetime] | None =
         folder = settings.landing_topic_dir(topic)
         newest_taken = through.get(topic)
         files, size, oldest = 0, 0, None
-        for entry in folder.iterdir() if folder.is_dir() else []:
-            if entry.suffix != ".jsonl":
-                continue
-            try:
-                stat = entry.stat()
-            except FileNotFoundError:  # moved away while listed
-                continue
-            arrival = _millis(stat.st_mtime_ns // 1_000_000)  # as Spark sees it
+        for landed in landed_files(folder, topic):
+            arrival = _millis(landed.modified_ms)
             if newest_taken is None or arrival > newest_taken:
-                files, size = files + 1, size + stat.st_size
+                files, size = files + 1, size + landed.size
                 oldest = arrival if oldest is None else min(oldest, arrival)
         backlog[topic] = Backlog(files, size, oldest)
     return backlog

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from include.checkpoints import committed_batch, file_source_entries
+from include.backlog import LandedFile, landed_files
+from include.checkpoints import batch_time, committed_batch, file_source_entries
 from include.config import Settings
 from include.schemas import TOPIC_NAMES
 from speed_layer import ingest
@@ -56,33 +57,6 @@ def file_uri(path: Path) -> str:
     text = "".join(ch if ch in URI_PATH_SAFE or ord(ch) > 127 else "".join(f"%{b:02X}" for b in ch.encode())
                    for ch in str(path))
     return f"file:{text}"
-
-
-@dataclass(frozen=True)
-class LandedFile:
-    topic: str
-    path: Path
-    modified_ms: int  # as Spark sees a file's modification time
-    size: int
-
-
-def landed_files(folder: Path, topic: str) -> list[LandedFile]:
-    """The topic's complete landing files (``*.jsonl``: a file is written under a hidden name and
-    renamed), oldest first."""
-    found = []
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return []
-    for entry in entries:
-        if not entry.name.endswith(".jsonl") or entry.name.startswith((".", "_")):
-            continue
-        try:
-            stat = entry.stat()
-        except FileNotFoundError:  # moved away while listed
-            continue
-        found.append(LandedFile(topic, Path(entry.path), stat.st_mtime_ns // 1_000_000, stat.st_size))
-    return sorted(found, key=lambda file: (file.modified_ms, file.path.name))
 
 
 def read_lines(files: list[LandedFile]) -> pa.Table:
@@ -139,10 +113,8 @@ class LandingLog:
         files = sorted((LandedFile(path.parent.name, path, modified_ms, 0)
                         for taken in self.taken.values() for path, (batch, modified_ms) in taken.items()
                         if batch == batch_id), key=lambda file: (file.topic, file.modified_ms, file.path.name))
-        offsets = self.checkpoint / "offsets" / str(batch_id)
-        if offsets.exists():
-            metadata = json.loads(offsets.read_text(encoding="utf-8").splitlines()[1])
-            return Planned(batch_id, datetime.fromtimestamp(metadata["batchTimestampMs"] / 1000, timezone.utc), files)
+        if (self.checkpoint / "offsets" / str(batch_id)).exists():
+            return Planned(batch_id, batch_time(self.checkpoint, batch_id), files)
         if files:
             return self._write_offsets(batch_id, files, datetime.now(timezone.utc))
         return None

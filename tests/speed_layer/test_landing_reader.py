@@ -11,9 +11,9 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 from pyspark.sql import functions as F
 
-from include.backlog import landing_backlog, taken_through, total
+from include.backlog import landed_files, landing_backlog, taken_through, total
 from include.checkpoints import batch_time, committed_batch, file_source_entries
-from speed_layer.landing_reader import COMPACT_INTERVAL, LandingLog, landed_files, read_lines
+from speed_layer.landing_reader import COMPACT_INTERVAL, LandingLog, read_lines
 from speed_layer.sources import RAW_COLUMNS
 
 AT = datetime(2026, 11, 28, 12, tzinfo=timezone.utc)
