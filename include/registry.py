@@ -214,7 +214,9 @@ class Speed:
     state: str = ""
     # How often the continuous stream updates the view, when less often than its trigger interval
     # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
-    # so a view that need not be fresh to the second leaves them to those that must.
+    # so a view that need not be fresh to the second leaves them to those that must. Declared on
+    # an ``incremental`` view, it also says that its step may run on several micro-batches' events
+    # at once (it reads no ``recent``, ``lookback`` or watermark).
     refresh: timedelta | None = None
 
 
@@ -293,6 +295,13 @@ class ViewSpec:
         ``--available-now`` runs once ingest is done: a backlog's orders are enriched after every
         change in it is applied, not as of their micro-batch."""
         return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
+
+    @property
+    def runs_on_interval(self) -> bool:
+        """Whether the ingest pass may compute the view less often than every micro-batch, on the
+        events of the micro-batches since it last ran (speed_layer/view_pass.py): its rows add
+        up, or it declares a ``refresh``."""
+        return self.in_ingest_pass and (self.speed.partials is not None or self.speed.refresh is not None)
 
     @property
     def merge_on(self) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from typing import Any
 from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.coverage import covered_days, stale_days
 from include.config import Settings
-from include.lakehouse import open_store
+from include.lakehouse import LakehouseStore, open_store
 from include.processes import process_alive
 from include.views import VIEWS
 from serving.engine import ServingEngine, batch_relation, internal, speed_relation
@@ -82,6 +82,8 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
         own = progress.get(view.speed_query, {})
         if view.in_ingest_pass:  # ingest's progress counts every topic's events
             own = {"refreshed": progress.get(INGEST_QUERY, {}).get("refreshed")}
+            if refresh.get(view.name, 0) > settings.trigger_interval.total_seconds():  # it runs less often
+                own = {"refreshed": _last_commit(store, view.speed_table)}
         counted = own.get("counted") or engine.query(
             f"SELECT max({view.speed.freshness_time}) FROM {internal(speed_relation(view))}"
         )[1][0][0]
@@ -104,6 +106,11 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
             }
         )
     return rows
+
+
+def _last_commit(store: LakehouseStore, table: str) -> datetime | None:
+    """When ``table`` last changed (None: no table)."""
+    return store.history(table, 1)[0].timestamp if store.exists(table) else None
 
 
 def _duration(seconds: float) -> str:

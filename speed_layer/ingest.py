@@ -44,7 +44,7 @@ from include.parsing import DEFAULT_MAX_LINE_BYTES, bronze_event_date, parse_top
 from include.registry import input_topics, state_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
-from include.views import VIEWS, speed_views
+from include.views import VIEWS, speed_trigger_intervals, speed_views
 from include.views.rules import first_copies
 from speed_layer import driver_pass
 from speed_layer.dedup import SeenEvents
@@ -255,13 +255,15 @@ def _instant(micros: int | None) -> datetime | None:
 
 class IngestBatch:
     """The ``foreachBatch`` function of the ingest query, whose checkpoint is
-    ``checkpoints/speed_ingest`` (on the driver pass it reads each micro-batch's time there)."""
+    ``checkpoints/speed_ingest`` (each micro-batch's time is read there). ``continuous``: the
+    stream runs on its trigger, so the views on an interval of their own run less often."""
 
-    def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...]) -> None:
+    def __init__(self, settings: Settings, store: LakehouseStore, topics: tuple[str, ...],
+                 continuous: bool = False) -> None:
         self.settings, self.store, self.topics = settings, store, topics
         views = speed_views(settings)
         on_driver = settings.pass_on_driver  # speed_layer/driver_pass.py
-        self.view_pass = ViewPass(settings, store, views)
+        self.view_pass = ViewPass(settings, store, views, speed_trigger_intervals(settings) if continuous else None)
         self.record_topics = record_topics(topics)
         # What the Gold queries will read.
         self.feed_topics = input_topics([view for view in views if view not in self.view_pass.computed])
@@ -311,11 +313,12 @@ class IngestBatch:
         }
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # What current_timestamp() gives the micro-batch; Spark would compile it into the plan's
+        # code anew each micro-batch.
+        at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
         if self.seen is not None:  # the pass on the driver: the micro-batch's lines there, in one Spark job
             started = time.perf_counter()
             lines = batch.toArrow()
-            # Spark's current_timestamp() would compile the query's code anew each micro-batch.
-            at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
             self.ingest_lines(lines, batch_id, at, batch.sparkSession, time.perf_counter() - started)
             return
         watermarks = self.watermarks(batch_id)
@@ -337,7 +340,8 @@ class IngestBatch:
             recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                recent = self._write(batch.sparkSession, batch.coalesce(tasks), tasks, batch_id, counts, watermarks)
+                recent = self._write(batch.sparkSession, batch.coalesce(tasks), tasks, batch_id, at, counts,
+                                     watermarks)
         finally:
             batch.unpersist()
         self._done(batch_id, counts, recent)
@@ -359,7 +363,7 @@ class IngestBatch:
             counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
                                              "max_event_time": None})["bronze_rows"] = row["topic_count"]
         self._timings = {"read": read_seconds, "parse": parsed - started, "dedup": time.perf_counter() - parsed}
-        recent = self._write(spark, None, 1, batch_id, counts, watermarks, arrow, raw) if counts else {}
+        recent = self._write(spark, None, 1, batch_id, at, counts, watermarks, arrow, raw) if counts else {}
         self.seen.keep(arrow, batch_id)
         self._done(batch_id, counts, recent)
 
@@ -389,8 +393,9 @@ class IngestBatch:
         cores = batch.sparkSession.sparkContext.defaultParallelism
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
-    def _write(self, spark: SparkSession, batch: DataFrame | None, tasks: int, batch_id: int, counts: dict[str, dict],
-               watermarks: dict, arrow: pa.Table | None = None, raw: pa.Table | None = None) -> dict[str, pa.Table]:
+    def _write(self, spark: SparkSession, batch: DataFrame | None, tasks: int, batch_id: int, at: datetime,
+               counts: dict[str, dict], watermarks: dict, arrow: pa.Table | None = None, raw: pa.Table | None = None
+               ) -> dict[str, pa.Table]:
         """Every write of the micro-batch (``batch`` on Spark, or ``arrow`` and ``raw`` on the
         driver); returns its on-time events of the topics the pass reads again (:mod:`speed_layer.recent`)."""
         txn = Txn(QUERY, batch_id)
@@ -435,7 +440,7 @@ class IngestBatch:
         recent = cache(lambda: self.recent.before(
             batch_id, watermarks, {topic: rows.schema for topic, rows in collect(recent_topics).items()}))
         micro_batch = MicroBatch(
-            spark=spark, txn=txn,
+            spark=spark, txn=txn, at=at,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
             # On the driver the micro-batch is not cached: a Spark step reads its Arrow events.
@@ -444,7 +449,8 @@ class IngestBatch:
             collect=collect, recent=lambda topic: recent()[topic],
             lookback=lambda lookback, events, query: self.recent.moments(
                 lookback, batch_id, watermarks.get(lookback.topic), events, query),
-            watermarks=watermarks, watermarks_after={topic: at - delay if at else None for topic, at in after.items()})
+            watermarks=watermarks,
+            watermarks_after={topic: latest - delay if latest else None for topic, latest in after.items()})
         writes |= self.view_pass.writes(micro_batch)
         running = [self._writers.submit(self._timed, name, write) for name, write in writes.items()]
         wait(running)  # all of them, even when one fails: none may still write once the stream stops

@@ -61,13 +61,13 @@ def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStor
     the pass on the driver, ingest writes Bronze itself and no Bronze query runs, and on a local
     landing zone the driver reads the files too (:mod:`speed_layer.landing_reader`)."""
     if reads_landing_on_driver(settings):
-        return {ingest.QUERY: LandingIngest(spark, settings, ingest.IngestBatch(settings, store, TOPIC_NAMES),
-                                            metrics)}
+        batches = ingest.IngestBatch(settings, store, TOPIC_NAMES, continuous=not available_now)
+        return {ingest.QUERY: LandingIngest(spark, settings, batches, metrics)}
     raw = open_source(spark, settings, available_now)  # each query reads it with a source of its own
     topics = tuple(raw)
     events = ingest.parsed_events(raw, settings)
     writers = {ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
-               .foreachBatch(ingest.IngestBatch(settings, store, topics))}
+               .foreachBatch(ingest.IngestBatch(settings, store, topics, continuous=not available_now))}
     if not writes_bronze_in_ingest(settings):
         lines = bronze.with_event_date(raw).writeStream.queryName(bronze.QUERY)
         writers[bronze.QUERY] = lines.foreachBatch(bronze.BronzeBatch(store, topics))

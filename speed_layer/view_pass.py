@@ -10,6 +10,12 @@ micro-batch touches); its rows are merged by the view's precedence.
 Every write carries ingest's transaction id ``(speed_ingest, batch_id)``. A replayed micro-batch
 holds the same events and watermarks, and reads tables whose commits of that id it skips, so it
 computes the same rows and merges nothing twice.
+
+A view on an interval of its own (:attr:`include.registry.ViewSpec.runs_on_interval`, when the
+stream runs continuously) keeps the events of the micro-batches since it last ran and runs on
+them all once its interval has passed, with the transaction id of the micro-batch it runs in. The
+last one its table committed says where its events start, so a new process or a replay reads the
+ones after it back from Silver.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -30,8 +36,9 @@ from include.lakehouse import LakehouseStore, Txn
 from include.lakehouse.base import sql_literal
 from include.registry import (
     Lookback, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names, merged_partials, merged_partials_sql,
-    replaces_sql, sql_time, struct,
+    replaces_sql, sql_time, state_topics, struct,
 )
+from include.views import VIEWS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +49,8 @@ if TYPE_CHECKING:
 IN_LIST_SLICE = 1000
 # Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
 FORGET_EVERY = 100
+# Topics a dimension reads: their late events count too (include.registry.state_topics).
+STATE_TOPICS = state_topics(VIEWS)
 
 
 @dataclass
@@ -50,6 +59,7 @@ class MicroBatch:
 
     spark: SparkSession
     txn: Txn
+    at: datetime  # the micro-batch's time (its events' ingested_at)
     fed: set[str]  # topics with on-time events
     events: Callable[[str], DataFrame]  # a topic's on-time events (typed fields, event_time, arrived_at)
     collect: Callable[[list[str]], dict[str, pa.Table]]  # the same for several topics, on the driver
@@ -101,6 +111,8 @@ class Step:
         from include.views.sql import spark_rows
 
         spark = self.batch.spark
+        # pyspark cannot take a column of no chunks (an empty read): give it one empty chunk.
+        tables = {name: table if table.num_rows else table.schema.empty_table() for name, table in tables.items()}
         return spark_rows(sql, {name: spark.createDataFrame(table) for name, table in tables.items()}).toArrow()
 
     def forget(self, table: str, where: str) -> None:
@@ -114,13 +126,28 @@ class Step:
                               self.batch.txn)
 
 
+@dataclass
+class Waiting:
+    """A view on an interval of its own: the events of the micro-batches since it last ran."""
+
+    interval: timedelta
+    events: dict[str, list[pa.Table]] = field(default_factory=dict)  # per topic
+    through: int | None = None  # the last micro-batch they include
+    ran_at: datetime | None = None  # the time of the micro-batch it last ran in (None: not in this process)
+
+
 class ViewPass:
     """The speed rows of ``views`` from one micro-batch: :meth:`writes` gives one function per
-    view, for ingest to run beside its own writes."""
+    view, for ingest to run beside its own writes. ``intervals``: the views that run less often
+    than every micro-batch, and how often (the stream running continuously)."""
 
-    def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec]) -> None:
+    def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec],
+                 intervals: Mapping[str, timedelta] | None = None) -> None:
         self.settings, self.store = settings, store
         self.computed = [view for view in views if view.in_ingest_pass]
+        self.waiting = {view.name: Waiting(intervals[view.name]) for view in self.computed
+                        if view.runs_on_interval and intervals and intervals.get(view.name, timedelta(0))
+                        > settings.trigger_interval}
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
 
@@ -139,17 +166,55 @@ class ViewPass:
         writes = {}
         step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
         for view in self.computed:
-            if not batch.fed.intersection(view.inputs):
+            view_step = step
+            if view.name in self.waiting:
+                view_step = self._due(view, batch)
+                if view_step is None:
+                    continue
+            elif not batch.fed.intersection(view.inputs):
                 continue
             on_driver = self.settings.pass_on_driver
             if on_driver and view.speed.partials and view.declared_in_sql:
-                writes[view.speed_table] = partial(self._add_partials_on_driver, view, step)
+                writes[view.speed_table] = partial(self._add_partials_on_driver, view, view_step)
             elif view.speed.incremental:
-                writes[view.speed_table] = partial(self._keep, view, step)
+                writes[view.speed_table] = partial(self._keep, view, view_step)
             else:
-                inputs = {topic: batch.events(topic) for topic in view.inputs}
+                inputs = ({topic: batch.spark.createDataFrame(view_step.events(topic)) for topic in view.inputs}
+                          if view_step is not step else {topic: batch.events(topic) for topic in view.inputs})
                 writes[view.speed_table] = partial(self._add_partials, view, inputs, batch.txn)
         return writes
+
+    def _due(self, view: ViewSpec, batch: MicroBatch) -> Step | None:
+        """For a view on an interval of its own: the micro-batch's events added to those waiting,
+        and a step on all of them once its interval has passed since it last ran (at once in a
+        new process), else None."""
+        waiting, batch_id, topics = self.waiting[view.name], batch.txn.version, list(view.inputs)
+        fresh = batch.collect(topics)
+        if waiting.through != batch_id - 1:  # a new process, or a replay: from the table's last run
+            committed = self.store.txn_version(view.speed_table, batch.txn.app_id)
+            if committed is not None and committed >= batch_id:
+                return None
+            waiting.events = {topic: [] for topic in topics}
+            if committed is not None:
+                for topic in topics:
+                    waiting.events[topic].append(self._read_back(topic, committed, batch_id, fresh[topic].schema))
+        for topic in topics:
+            waiting.events[topic].append(fresh[topic])
+        waiting.through = batch_id
+        if waiting.ran_at is not None and batch.at - waiting.ran_at < waiting.interval:
+            return None
+        events = {topic: pa.concat_tables(parts) for topic, parts in waiting.events.items()}
+        waiting.events, waiting.ran_at = {topic: [] for topic in topics}, batch.at
+        if not any(rows.num_rows for rows in events.values()):
+            return None
+        return Step(self.settings, self.store, batch, topics, _events=events)
+
+    def _read_back(self, topic: str, after: int, before: int, schema: pa.Schema) -> pa.Table:
+        """The topic's events of micro-batches ``after`` < N < ``before`` as the pass gave them:
+        Silver's rows, on-time ones only unless a dimension reads the topic."""
+        late = "" if topic in STATE_TOPICS else " AND NOT is_late"
+        where = f"batch_id > {after} AND batch_id < {before}{late}"
+        return self.store.select_arrow(tables.silver(topic), schema.names, where).cast(schema)
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
         store, columns = self.store, column_names(view.speed_fields)

@@ -45,22 +45,28 @@ def speed_views(settings: Settings) -> list[ViewSpec]:
 
 
 def speed_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
-    """Each speed view's micro-batch interval when the stream runs continuously: its own from
+    """Each speed view's interval when the stream runs continuously: its own from
     ``LAMBDALAKE_VIEW_TRIGGERS``, else ``LAMBDALAKE_TRIGGER_INTERVAL`` or, if longer, its spec's
     ``refresh``. A view that need not be fresh within seconds, on a longer interval, leaves the
-    cores to those that must be. A view ingest computes comes with every ingest micro-batch."""
+    cores to those that must be. A view ingest computes runs in its micro-batches: every one, or
+    every its interval if it :attr:`~include.registry.ViewSpec.runs_on_interval` (never more often
+    than ingest)."""
     given = settings.view_trigger_intervals
     unknown = [name for name in given if name not in VIEWS_BY_NAME]
     if unknown:
         raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: unknown view "
                           f"{', '.join(map(repr, unknown))} (views: {', '.join(VIEWS_BY_NAME)})")
-    in_ingest = [name for name in given if VIEWS_BY_NAME[name].in_ingest_pass]
-    if in_ingest:
+    every_batch = [name for name in given
+                   if VIEWS_BY_NAME[name].in_ingest_pass and not VIEWS_BY_NAME[name].runs_on_interval]
+    if every_batch:
         raise ConfigError(f"invalid setting LAMBDALAKE_VIEW_TRIGGERS={settings.view_triggers}: ingest computes "
-                          f"{', '.join(map(repr, in_ingest))} in its own micro-batches (LAMBDALAKE_TRIGGER_INTERVAL)")
-    return {view.name: settings.trigger_interval if view.in_ingest_pass
-            else given.get(view.name, max(settings.trigger_interval, view.speed.refresh or timedelta(0)))
-            for view in speed_views(settings)}
+                          f"{', '.join(map(repr, every_batch))} in each of its micro-batches "
+                          "(LAMBDALAKE_TRIGGER_INTERVAL): its state follows them one by one")
+    trigger = settings.trigger_interval
+    intervals = {view.name: given.get(view.name, max(trigger, view.speed.refresh or timedelta(0)))
+                 for view in speed_views(settings)}
+    return {name: max(trigger, interval) if VIEWS_BY_NAME[name].in_ingest_pass else interval
+            for name, interval in intervals.items()}
 
 
 # Nightly data quality: the same orders must appear in both order views.

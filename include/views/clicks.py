@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -98,36 +97,60 @@ def user_sessions(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
         FROM numbered GROUP BY user_id, session"""
 
 
-@dataclass(frozen=True)
-class Session:
-    start: int  # first click, µs
-    end: int  # last click, µs
-    events: int
-    pages: frozenset[str]
-    converted: bool
-
-
-def merge_sessions(sessions: Iterable[Session], gap_us: int) -> list[Session]:
-    """Sessions (single clicks included) merged where the next starts at most ``gap_us`` after the
-    previous ends: Spark's ``session_window`` rule (a click exactly the gap later continues)."""
-    merged: list[Session] = []
-    for session in sorted(sessions, key=lambda s: (s.start, s.end)):
-        last = merged[-1] if merged else None
-        if last is not None and session.start - last.end <= gap_us:
-            merged[-1] = Session(last.start, max(last.end, session.end), last.events + session.events,
-                                 last.pages | session.pages, last.converted or session.converted)
-        else:
-            merged.append(session)
-    return merged
+def sessions_merge_sql(gap: timedelta) -> str:
+    """Spark SQL over ``{stored}`` (stored sessions with their ``page_urls``) and ``{clicks}``:
+    every unit (a stored session, or a click as a session of its own) merged per user where the
+    next starts at most ``gap`` after the furthest end so far (Spark's ``session_window`` rule: a
+    click exactly the gap later continues), then the sessions that differ from the stored ones,
+    and a tombstone (``events = 0``) for each stored session that another swallowed."""
+    gap_us = gap // timedelta(microseconds=1)
+    return f"""
+        WITH units AS (
+            SELECT user_id, unix_micros(session_start) AS start_us, unix_micros(session_end) AS end_us, events,
+                   coalesce(page_urls, CAST(array() AS ARRAY<STRING>)) AS page_urls, converted
+            FROM {{stored}}
+            UNION ALL
+            SELECT user_id, unix_micros(event_time), unix_micros(event_time), 1, array(page_url),
+                   action = 'add_to_cart'
+            FROM {{clicks}}),
+        reached AS (
+            SELECT *, max(end_us) OVER (PARTITION BY user_id ORDER BY start_us, end_us
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach_us
+            FROM units),
+        numbered AS (
+            SELECT *, sum(CASE WHEN reach_us IS NULL OR start_us - reach_us > {gap_us} THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY user_id ORDER BY start_us, end_us ROWS UNBOUNDED PRECEDING) AS session
+            FROM reached),
+        merged AS (
+            SELECT user_id, min(start_us) AS start_us, max(end_us) AS end_us, CAST(sum(events) AS BIGINT) AS events,
+                   array_sort(array_distinct(flatten(collect_list(page_urls)))) AS page_urls,
+                   bool_or(converted) AS converted
+            FROM numbered GROUP BY user_id, session),
+        before AS (
+            SELECT user_id, unix_micros(session_start) AS start_us, unix_micros(session_end) AS end_us, events,
+                   page_urls, converted
+            FROM {{stored}}),
+        changed AS (
+            SELECT m.* FROM merged m LEFT JOIN before b
+              ON b.user_id = m.user_id AND b.start_us = m.start_us AND b.end_us = m.end_us AND b.events = m.events
+             AND b.page_urls = m.page_urls AND b.converted = m.converted
+            WHERE b.user_id IS NULL
+            UNION ALL
+            SELECT b.user_id, b.start_us, b.start_us, CAST(0 AS BIGINT), CAST(array() AS ARRAY<STRING>), false
+            FROM before b LEFT JOIN merged m ON m.user_id = b.user_id AND m.start_us = b.start_us
+            WHERE m.user_id IS NULL)
+        SELECT user_id, timestamp_micros(start_us) AS session_start, timestamp_micros(end_us) AS session_end, events,
+               CAST(size(page_urls) AS BIGINT) AS pages, (end_us - start_us) / 1e6 AS duration_seconds, converted,
+               to_date(timestamp_micros(start_us)) AS date, page_urls
+        FROM changed"""
 
 
 def user_sessions_step(step: PassStep) -> pa.Table:
     """``user_sessions`` kept by the ingest pass: per user, the micro-batch's clicks merged with the
     stored sessions they may extend or join (ending at most the gap before its first click,
-    starting at most the gap after its last) by the stream's rule (:func:`merge_sessions`). The
-    rows are the sessions that changed, and a tombstone (``events = 0``) for a stored session that
-    merged into another. The speed table keeps each session's pages for the next merge."""
-    import pyarrow as pa
+    starting at most the gap after its last) by the stream's rule (:func:`sessions_merge_sql`).
+    The rows are the sessions that changed, and a tombstone for a stored session that merged into
+    another. The speed table keeps each session's pages for the next merge."""
     import pyarrow.compute as pc
 
     gap, fields = SESSION_GAP, user_sessions.speed_fields
@@ -138,41 +161,5 @@ def user_sessions_step(step: PassStep) -> pa.Table:
     users = pc.unique(clicks["user_id"]).to_pylist()
     stored = step.stored(user_sessions.speed_table, fields, f"session_end >= {sql_time(first.as_py() - gap)} "
                          f"AND session_start <= {sql_time(last.as_py() + gap)}", "user_id", users)
-    before: dict[str, list[Session]] = {}
-    for user, start, end, events, pages, converted in zip(*(micros(stored[name]) for name in (
-            "user_id", "session_start", "session_end", "events", "page_urls", "converted"))):
-        before.setdefault(user, []).append(Session(start, end, events, frozenset(pages or ()), converted))
-    sessions = {user: list(kept) for user, kept in before.items()}
-    for user, at, page, action in zip(*(micros(clicks[name]) for name in ("user_id", "event_time", "page_url",
-                                                                            "action"))):
-        sessions.setdefault(user, []).append(Session(at, at, 1, frozenset([page]), action == "add_to_cart"))
-    rows = []
-    for user in users:
-        stored_sessions = set(before.get(user, ()))
-        merged = merge_sessions(sessions[user], int(gap / timedelta(microseconds=1)))
-        starts = {session.start for session in merged}
-        rows += [(user, Session(gone.start, gone.start, 0, frozenset(), False)) for gone in stored_sessions
-                 if gone.start not in starts]
-        rows += [(user, session) for session in merged if session not in stored_sessions]
-    start = pa.array([session.start for _, session in rows], pa.timestamp("us", "UTC"))
-    table = pa.table({
-        "user_id": pa.array([user for user, _ in rows], pa.string()),
-        "session_start": start,
-        "session_end": pa.array([session.end for _, session in rows], pa.timestamp("us", "UTC")),
-        "events": pa.array([session.events for _, session in rows], pa.int64()),
-        "pages": pa.array([len(session.pages) for _, session in rows], pa.int64()),
-        "duration_seconds": pa.array([(session.end - session.start) / 1e6 for _, session in rows], pa.float64()),
-        "converted": pa.array([session.converted for _, session in rows], pa.bool_()),
-        "date": pc.cast(start, pa.date32()),
-        "page_urls": pa.array([sorted(session.pages) for _, session in rows], pa.list_(pa.string())),
-    })
-    return table
-
-
-def micros(column):  # noqa: ANN001, ANN201 - pyarrow
-    """A column's Python values, timestamps as microseconds since the epoch."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(column.type):
-        column = column.cast(pa.int64())
-    return column.to_pylist()
+    return step.query(sessions_merge_sql(gap), {"stored": stored, "clicks": clicks.select(
+        ["user_id", "event_time", "page_url", "action"])})

@@ -117,8 +117,11 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     assert intervals["revenue_by_segment_1h"] == timedelta(minutes=1)
     assert intervals["order_payments"] == timedelta(seconds=2)
     assert intervals["traffic_by_page_10m"] == timedelta(seconds=2)  # ingest computes it, in its micro-batches
-    with pytest.raises(ConfigError, match="ingest computes 'traffic_by_page_10m' in its own micro-batches"):
-        speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s"}))
+    # A view ingest computes runs on an interval of its own inside the pass, never more often than ingest.
+    spaced = speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s,customers=1s"}))
+    assert (spaced["traffic_by_page_10m"], spaced["customers"]) == (timedelta(seconds=5), timedelta(seconds=2))
+    with pytest.raises(ConfigError, match="ingest computes 'order_payments' in each of its micro-batches"):
+        speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "order_payments=5s"}))
     # Given explicitly, an interval may also be shorter than the view's refresh.
     given = chosen.model_copy(update={"view_triggers": "revenue_by_segment_1h=1s"})
     assert speed_trigger_intervals(given)["revenue_by_segment_1h"] == timedelta(seconds=1)
@@ -134,8 +137,9 @@ def test_views_that_need_not_be_fresh_to_the_second_refresh_less_often(settings)
     intervals = speed_trigger_intervals(fast)
     assert {name for name, interval in intervals.items() if interval == timedelta(seconds=1)} == {
         "revenue_by_category_5m", "traffic_by_page_10m", "device_health_5m", "order_payments", "alerts",
-        "customers", "customers_history", "user_sessions"}  # all but the enrichment in ingest
-    assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {"revenue_by_segment_1h"}
+        "customers"}
+    assert {name for name, interval in intervals.items() if interval == DASHBOARD_REFRESH} == {
+        "revenue_by_segment_1h", "user_sessions", "customers_history"}
     # A trigger interval longer than a view's refresh holds for it too.
     slow = settings.model_copy(update={"trigger_interval": timedelta(minutes=2)})
     assert set(speed_trigger_intervals(slow).values()) == {timedelta(minutes=2)}

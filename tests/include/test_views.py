@@ -11,7 +11,6 @@ import pyarrow.compute as pc
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from include.views.clicks import Session, merge_sessions
 from include.registry import ViewContext, input_topics
 from include.views import VIEWS, VIEWS_BY_NAME
 from include.views.alerting import alerts
@@ -391,26 +390,49 @@ def test_device_health_statistics_one_reading_and_zero_deviation(spark, exact):
 
 
 # ---- user_sessions and alerts -------------------------------------------------------------------
-MINUTE_US = 60_000_000
 
 
-def test_sessions_merge_below_the_gap_and_split_at_exactly_the_gap():
-    gap = 30 * MINUTE_US
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_sessions_merge_below_the_gap_and_split_at_exactly_the_gap(spark, engine):
+    """The stream's merge of clicks and stored sessions (sessions_merge_sql), on both engines."""
 
-    def click(minute: float, page: str = "/a", cart: bool = False) -> Session:
-        us = int(minute * MINUTE_US)
-        return Session(us, us, 1, frozenset([page]), cart)
+    from include import ddl
+    from include.views.clicks import SESSION_GAP, sessions_merge_sql, user_sessions
+    from include.views.sql import duckdb_rows, spark_rows
 
-    merged = merge_sessions([click(0), click(29.99, "/b"), click(59.99 + 1, cart=True), click(10, "/b")], gap)
-    assert merged == [Session(0, int(29.99 * MINUTE_US), 3, frozenset(["/a", "/b"]), False),
-                      Session(int(60.99 * MINUTE_US), int(60.99 * MINUTE_US), 1, frozenset(["/a"]), True)]
+    def merged(stored: list[tuple], clicks: list[tuple]) -> list[tuple]:
+        stored_rows = pa.Table.from_pylist(
+            [{"user_id": "u1", "session_start": t(10, start), "session_end": t(10, end), "events": events,
+              "pages": len(pages), "duration_seconds": 0.0, "converted": False, "date": t(10, 0).date(),
+              "page_urls": pages} for start, end, events, pages in stored],
+            schema=ddl.arrow_schema(user_sessions.speed_fields))
+        click_rows = pa.Table.from_pylist(
+            [{"user_id": "u1", "event_time": t(10, 0) + timedelta(minutes=minute), "page_url": page,
+              "action": "add_to_cart" if cart else "view"} for minute, page, cart in clicks],
+            schema=pa.schema([("user_id", pa.string()), ("event_time", pa.timestamp("us", "UTC")),
+                              ("page_url", pa.string()), ("action", pa.string())]))
+        inputs = {"stored": stored_rows, "clicks": click_rows}
+        sql = sessions_merge_sql(SESSION_GAP)
+        rows = (duckdb_rows(sql, inputs) if engine == "duckdb"
+                else spark_rows(sql, {name: spark.createDataFrame(table) for name, table in inputs.items()}).toArrow())
+        def minute(at: datetime) -> float:  # since 10:00 (the session's times are UTC)
+            return round((at.replace(tzinfo=None) - t(10, 0)).total_seconds() / 60, 9)
+
+        return sorted((minute(row["session_start"]), minute(row["session_end"]),
+                       row["events"], row["pages"], row["converted"], list(row["page_urls"]))
+                      for row in rows.to_pylist())
+
+    assert merged([], [(0, "/a", False), (29.99, "/b", False), (59.99 + 1, "/a", True), (10, "/b", False)]) == [
+        (0, 29.99, 3, 2, False, ["/a", "/b"]), (60.99, 60.99, 1, 1, True, ["/a"])]
     # Exactly the gap apart: one session (Spark's session_window); a microsecond more: two.
-    assert len(merge_sessions([click(0), click(30)], gap)) == 1
-    assert len(merge_sessions([click(0), Session(gap + 1, gap + 1, 1, frozenset(["/a"]), False)], gap)) == 2
-    # A click between two sessions joins them into one.
-    assert merge_sessions([Session(0, 0, 1, frozenset(["/a"]), False),
-                           Session(40 * MINUTE_US, 40 * MINUTE_US, 1, frozenset(["/a"]), False),
-                           click(20)], gap)[0].events == 3
+    assert len(merged([], [(0, "/a", False), (30, "/a", False)])) == 1
+    assert len(merged([], [(0, "/a", False), (30 + 1 / 60e6, "/a", False)])) == 2
+    # A click between two stored sessions joins them into one; the later one gets a tombstone.
+    assert merged([(0, 0, 1, ["/a"]), (40, 40, 1, ["/a"])], [(20, "/c", True)]) == [
+        (0, 40, 3, 2, True, ["/a", "/c"]), (40, 40, 0, 0, False, [])]
+    # A click inside a stored session that changes nothing of it gives no row; one that does, its new row.
+    assert merged([(0, 10, 2, ["/a"])], [(5, "/a", False)]) == [(0, 10, 3, 1, False, ["/a"])]
+    assert merged([(0, 10, 2, ["/a"])], []) == []
 
 
 def test_user_sessions_in_batch(spark, exact):

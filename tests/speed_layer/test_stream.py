@@ -366,10 +366,10 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     refresh = {row["view"]: row["speed_refresh_seconds"] for row in shown}
     shown_views = ("user_sessions", "alerts", "customers_history", "revenue_by_segment_1h")
     assert {view: refresh[view] for view in shown_views} == {
-        "user_sessions": 1, "alerts": 1, "customers_history": 1, "revenue_by_segment_1h": 3600}
+        "user_sessions": 30, "alerts": 1, "customers_history": 30, "revenue_by_segment_1h": 3600}
     summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
-    assert "  1 h  " in summary["revenue_by_segment_1h"] and "  1 s  " in summary["customers_history"]
-    assert "  1 s  " in summary["user_sessions"] and "refresh" in summary["view"]
+    assert "  1 h  " in summary["revenue_by_segment_1h"] and "  30 s  " in summary["customers_history"]
+    assert "  1 s  " in summary["alerts"] and "refresh" in summary["view"]
     stop.set()
     runner.join(timeout=300)
     assert not runner.is_alive()

@@ -65,7 +65,8 @@ def run_pass(spark, settings):
         watermarks = {"payments": watermark, "orders": orders_watermark, "sensors": sensors_watermark}
         before = cache(lambda: recent.before(batch_id, watermarks, {topic: arrow[topic].schema for topic in arrow}))
         batch = MicroBatch(
-            spark=spark, txn=Txn("speed_ingest", batch_id), fed={topic for topic, (rows, _) in given.items() if rows},
+            spark=spark, txn=Txn("speed_ingest", batch_id), at=t(12, 0, batch_id % 60),
+            fed={topic for topic, (rows, _) in given.items() if rows},
             events=frames.__getitem__, collect=lambda topics: {topic: arrow[topic] for topic in topics},
             recent=lambda topic: before()[topic], watermarks=watermarks, watermarks_after={"payments": after},
             lookback=lambda lookback, events, query: recent.moments(
@@ -204,3 +205,50 @@ def test_alerts_raised_once_from_the_micro_batch_and_the_recent_events(spark, se
     version = store.version(view.speed_table)
     run_pass(["alerts"], 1, sensors=[reading("D1", 5, 30.0)], sensors_watermark=t(9, 55))  # a replay
     assert store.version(view.speed_table) == version
+
+
+def test_views_on_an_interval_of_their_own_see_each_micro_batch_once(spark, tmp_path):
+    """Running continuously, the views with a refresh (sessions, the customers' history) run every
+    30 s on the micro-batches since they last ran; a new process reads those back from Silver and
+    runs at once. Their rows end as those of a run on every micro-batch, and the other views'
+    rows are unchanged."""
+    from datetime import timedelta
+
+    from include.backlog import landed_files
+    from include.config import load_settings
+    from include.generator import TrafficOptions, generate
+    from include.schemas import TOPIC_NAMES
+    from speed_layer.ingest import IngestBatch
+    from speed_layer.landing_reader import read_lines
+
+    every = load_settings(home=tmp_path / "every", spark_master="local[2]", shuffle_partitions=2)
+    generate(every, t(0, 0), 2, TrafficOptions(orders_per_hour=60, corrupt_fraction=0), seed=7, file_minutes=15,
+             progress=False)
+    files = {topic: landed_files(every.landing_dir / topic, topic) for topic in TOPIC_NAMES}
+    batches = [read_lines([topic_files[k] for topic_files in files.values() if k < len(topic_files)])
+               for k in range(8)]
+    spaced = every.model_copy(update={"home": tmp_path / "spaced"})
+    start = t(12, 0)
+
+    def run(settings, continuous, batch_ids):
+        ingest = IngestBatch(settings, open_store(settings, spark), TOPIC_NAMES, continuous)
+        for k in batch_ids:  # micro-batches 10 s apart
+            ingest.ingest_lines(batches[k], k, start + timedelta(seconds=10 * k), spark)
+        return ingest.store
+
+    run(every, False, range(8))
+    store = run(spaced, True, range(5))  # runs at 0 (a new process), at 3 (30 s later), not at 4
+    sessions, history = VIEWS_BY_NAME["user_sessions"], VIEWS_BY_NAME["customers_history"]
+    assert {store.txn_version(view.speed_table, "speed_ingest") for view in (sessions, history)} == {3}
+    assert store.txn_version("speed/revenue_by_category_5m", "speed_ingest") == 4
+    run(spaced, True, [5, 6])  # a new process: at once on 4 (from Silver) and 5, not at 6
+    assert store.txn_version(sessions.speed_table, "speed_ingest") == 5
+    store = run(spaced, True, [7])  # again: on 6 and 7
+    assert store.txn_version(sessions.speed_table, "speed_ingest") == 7
+
+    reference = open_store(every, spark)
+    for view in VIEWS_BY_NAME.values():
+        if view.in_ingest_pass:
+            columns = column_names(view.speed_fields)
+            assert sorted(store.read(view.speed_table).select(*columns).collect()) == sorted(
+                reference.read(view.speed_table).select(*columns).collect()), view.name
