@@ -128,7 +128,8 @@ class Step:
 
 @dataclass
 class Waiting:
-    """A view on an interval of its own: the events of the micro-batches since it last ran."""
+    """A view that may run on several micro-batches at once: the events of those since it last
+    ran. ``interval``: how often it runs (zero: with every micro-batch, once caught up)."""
 
     interval: timedelta
     events: dict[str, list[pa.Table]] = field(default_factory=dict)  # per topic
@@ -138,16 +139,20 @@ class Waiting:
 
 class ViewPass:
     """The speed rows of ``views`` from one micro-batch: :meth:`writes` gives one function per
-    view, for ingest to run beside its own writes. ``intervals``: the views that run less often
-    than every micro-batch, and how often (the stream running continuously)."""
+    view, for ingest to run beside its own writes. ``intervals``: how often each view runs when
+    the stream runs continuously (:func:`include.views.speed_trigger_intervals`); a view that may
+    run on several micro-batches runs less often when its interval is longer than the trigger's."""
 
     def __init__(self, settings: Settings, store: LakehouseStore, views: list[ViewSpec],
                  intervals: Mapping[str, timedelta] | None = None) -> None:
         self.settings, self.store = settings, store
         self.computed = [view for view in views if view.in_ingest_pass]
-        self.waiting = {view.name: Waiting(intervals[view.name]) for view in self.computed
-                        if view.runs_on_interval and intervals and intervals.get(view.name, timedelta(0))
-                        > settings.trigger_interval}
+        # Every view that may run on several micro-batches: one that ran on an interval before
+        # (another process, other settings) first catches up on the micro-batches since its last run.
+        trigger = settings.trigger_interval
+        spaced = {name: interval for name, interval in (intervals or {}).items() if interval > trigger}
+        self.waiting = {view.name: Waiting(spaced.get(view.name, timedelta(0))) for view in self.computed
+                        if view.runs_on_interval}
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
 
@@ -166,13 +171,16 @@ class ViewPass:
         writes = {}
         step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
         for view in self.computed:
-            view_step = step
-            if view.name in self.waiting:
+            view_step, waiting = step, self.waiting.get(view.name)
+            if waiting is not None and (waiting.interval or waiting.through != batch.txn.version - 1):
                 view_step = self._due(view, batch)
                 if view_step is None:
                     continue
-            elif not batch.fed.intersection(view.inputs):
-                continue
+            else:
+                if waiting is not None:
+                    waiting.through = batch.txn.version
+                if not batch.fed.intersection(view.inputs):
+                    continue
             on_driver = self.settings.pass_on_driver
             if on_driver and view.speed.partials and view.declared_in_sql:
                 writes[view.speed_table] = partial(self._add_partials_on_driver, view, view_step)
@@ -185,9 +193,10 @@ class ViewPass:
         return writes
 
     def _due(self, view: ViewSpec, batch: MicroBatch) -> Step | None:
-        """For a view on an interval of its own: the micro-batch's events added to those waiting,
-        and a step on all of them once its interval has passed since it last ran (at once in a
-        new process), else None."""
+        """For a view that may run on several micro-batches: the micro-batch's events added to
+        those waiting (in a new process or a replay, first those since its table's last run,
+        from Silver), and a step on all of them once its interval has passed since it last ran (at
+        once in a new process), else None."""
         waiting, batch_id, topics = self.waiting[view.name], batch.txn.version, list(view.inputs)
         fresh = batch.collect(topics)
         if waiting.through != batch_id - 1:  # a new process, or a replay: from the table's last run
@@ -212,6 +221,8 @@ class ViewPass:
     def _read_back(self, topic: str, after: int, before: int, schema: pa.Schema) -> pa.Table:
         """The topic's events of micro-batches ``after`` < N < ``before`` as the pass gave them:
         Silver's rows, on-time ones only unless a dimension reads the topic."""
+        if not self.store.exists(tables.silver(topic)):
+            return schema.empty_table()
         late = "" if topic in STATE_TOPICS else " AND NOT is_late"
         where = f"batch_id > {after} AND batch_id < {before}{late}"
         return self.store.select_arrow(tables.silver(topic), schema.names, where).cast(schema)
