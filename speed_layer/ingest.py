@@ -41,7 +41,7 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.line_parser import topic_parser
 from include.parsing import DEFAULT_MAX_LINE_BYTES, bronze_event_date, parse_topic, with_reason
-from include.registry import input_topics, state_topics
+from include.registry import input_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_trigger_intervals, speed_views
@@ -50,7 +50,7 @@ from speed_layer import driver_pass
 from speed_layer.dedup import SeenEvents
 from speed_layer.recent import RecentEvents, horizons
 from speed_layer.sources import RAW_COLUMNS
-from speed_layer.view_pass import MicroBatch, ViewPass
+from speed_layer.view_pass import STATE_TOPICS, MicroBatch, ViewPass
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 QUERY = "speed_ingest"
 # Topics whose on-time events the Gold queries read; late ones too for topics a dimension reads.
 FEED_TOPICS = input_topics(VIEWS)
-STATE_TOPICS = state_topics(VIEWS)
 VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
 LINE_COLUMNS = ["value", "bronze_date", "reason", "dlq_raw"]  # on the driver, what only Bronze and the DLQ read
