@@ -99,7 +99,8 @@ def run_speed(spark, settings, store, view, folder, name, batch=None):
 
     if view.in_ingest_pass:
         events = spark.read.schema(CDC).parquet(str(folder / f"b{batch}"))
-        micro_batch = MicroBatch(spark=spark, txn=Txn("speed_ingest", batch), fed={"customers_cdc"},
+        micro_batch = MicroBatch(spark=spark, txn=Txn("speed_ingest", batch), at=datetime.now(timezone.utc),
+                                 fed={"customers_cdc"},
                                  events=lambda topic: events,
                                  collect=lambda topics: {topic: events.toArrow() for topic in topics},
                                  recent=lambda topic: events.toArrow().slice(0, 0), watermarks={},
