@@ -345,6 +345,12 @@ class ViewSpec:
         return [name for name in column_names(self.fields) if name != "date" and name not in self.hidden]
 
     @property
+    def closes_at(self) -> str | None:
+        """The column at or before which a row's window has ended (no on-time event that comes
+        after it changes the row), if the view has windows."""
+        return "window_end" if "window_end" in self.columns else None
+
+    @property
     def merged_by(self) -> list[str]:
         """The columns that identify the partial rows merged into one (all but the merged)."""
         merge = self.speed.partials.merge if self.speed.partials else {}

@@ -39,6 +39,7 @@ from include.registry import (
     replaces_sql, sql_time, state_topics, struct,
 )
 from include.views import VIEWS
+from speed_layer.open_rows import OpenRows, key_match
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -155,6 +156,10 @@ class ViewPass:
                         if view.runs_on_interval}
         for view in self.computed:
             store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
+        # Window views merged when written keep their open rows in memory (speed_layer/open_rows.py).
+        self.open_rows = {view.name: OpenRows(store, view) for view in self.computed
+                          if settings.pass_on_driver and store.rewrites_files and view.kind == "fact"
+                          and view.speed.partials and view.speed.partials.merged == "write" and view.closes_at}
 
     @property
     def collected_topics(self) -> list[str]:
@@ -260,10 +265,17 @@ class ViewPass:
         if view.speed.partials.merged == "read":
             store.append(view.speed_table, rows, txn)
             return
+        def merged(both: pa.Table) -> pa.Table:
+            return duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}).select(columns).cast(schema)
+
+        if view.name in self.open_rows:
+            watermarks = [step.watermark(topic, after=True) for topic in view.inputs]
+            closed_by = None if None in watermarks else min(watermarks)
+            self.open_rows[view.name].add(rows, merged, closed_by, txn)
+            return
         stored = with_keys_of(self._stored_of(view, rows).cast(schema), rows, list(view.keys))
         if stored.num_rows:
-            both = pa.concat_tables([rows, stored.select(columns)])
-            rows = duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}).select(columns).cast(schema)
+            rows = merged(pa.concat_tables([rows, stored.select(columns)]))
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
     def _stored_of(self, view: ViewSpec, rows: pa.Table) -> pa.Table:
@@ -314,11 +326,8 @@ def read_stored(store: LakehouseStore, table: str, fields: str, where: str, colu
 
 
 def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
-    """The stored rows whose ``keys`` some of ``rows`` have (joined on the keys and a row number:
-    Arrow joins carry no struct or binary columns)."""
-    numbered = stored.select(keys).append_column("_row", pa.array(range(stored.num_rows), pa.int64()))
-    kept = numbered.join(rows.select(keys), keys, join_type="left semi").column("_row")
-    return stored.take(kept)
+    """The stored rows whose ``keys`` some of ``rows`` have."""
+    return stored.filter(key_match(stored, rows, keys))
 
 
 def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame | pa.Table,

@@ -10,6 +10,8 @@ from include.lakehouse.base import (
     CommitInfo,
     LakehouseError,
     LakehouseStore,
+    Rewrite,
+    TableFile,
     TableNotFound,
     Txn,
 )
@@ -56,6 +58,8 @@ __all__ = [
     "CommitInfo",
     "LakehouseError",
     "LakehouseStore",
+    "Rewrite",
+    "TableFile",
     "TableNotFound",
     "Txn",
     "open_store",

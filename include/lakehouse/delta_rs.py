@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import math
 import os
 import shutil
 import time
@@ -11,7 +13,9 @@ from functools import partial
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -19,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction, Transaction
+from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from include.lakehouse.base import CommitInfo, LakehouseStore, Txn, writes
+from include.lakehouse.base import CommitInfo, LakehouseStore, Rewrite, TableFile, Txn, writes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,6 +41,8 @@ def _commit_properties(txn: Txn | None) -> CommitProperties | None:
 # Spark's name for a null partition value in a folder name; Delta's is the same.
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 STAGING = "_staging"  # inside the table folder: a rename into place never crosses file systems
+LOCKS = "_locks"  # under the store's root: a lock file per table (DeltaRsStore._locked)
+STATS_STRING_LENGTH = 32  # Delta's default: longer strings get no max statistic here
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,39 @@ def check_columns(table: str, expected: list[str], given: list[str]) -> None:
         raise ValueError(f"columns {extra} are not in the schema of table {table}")
 
 
+def _stat(value: Any) -> Any:
+    """A value as Delta's statistics write it (None: left out)."""
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, str) and len(value) > STATS_STRING_LENGTH:
+        return None
+    return value if isinstance(value, (bool, int, float, str)) else None
+
+
+def file_stats(rows: pa.Table) -> str:
+    """The statistics of a data file's rows, as Delta's log keeps them (file skipping reads the
+    min and max; nested and binary columns get null counts only)."""
+    import pyarrow.compute as pc
+
+    stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for name, column in zip(rows.column_names, rows.columns):
+        stats["nullCount"][name] = column.null_count
+        kind = column.type
+        if not (pa.types.is_temporal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                or pa.types.is_string(kind) or pa.types.is_boolean(kind)) or column.null_count == rows.num_rows:
+            continue
+        extremes = pc.min_max(column)
+        for end, key in (("min", "minValues"), ("max", "maxValues")):
+            value = _stat(extremes[end].as_py())
+            if value is not None:
+                stats[key][name] = value
+    return json.dumps(stats)
+
+
 def spark_schema_of(table: DeltaTable) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -69,8 +108,26 @@ def spark_schema_of(table: DeltaTable) -> StructType:
     return from_arrow_schema(arrow_schema, prefer_timestamp_ntz=False)
 
 
+def _by_partition(rows: pa.Table, partition_by: list[str]) -> list[pa.Table]:
+    """``rows`` split by their partition values (one table each; none for no rows)."""
+    import pyarrow.compute as pc
+
+    if not partition_by or rows.num_rows == 0:
+        return [rows] if rows.num_rows else []
+    parts = []
+    for values in rows.select(partition_by).group_by(partition_by).aggregate([]).to_pylist():
+        mask = None
+        for name, value in values.items():
+            column = rows[name]
+            matches = pc.is_null(column) if value is None else pc.equal(column, pa.scalar(value, column.type))
+            mask = matches if mask is None else pc.and_(mask, matches)
+        parts.append(rows.filter(mask))
+    return parts
+
+
 class DeltaRsStore(LakehouseStore):
     engine = "delta-rs"
+    rewrites_files = True
 
     def _is_conflict(self, exc: Exception) -> bool:
         return isinstance(exc, CommitFailedError)
@@ -197,6 +254,13 @@ class DeltaRsStore(LakehouseStore):
         self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None,
         delete_when: str | None,
     ) -> None:
+        with self._locked(path):
+            self._merge(path, data, keys, txn, update_when, delete_when)
+
+    def _merge(
+        self, path: str, data: pa.Table, keys: list[str], txn: Txn | None, update_when: str | None,
+        delete_when: str | None,
+    ) -> None:
         predicate = " AND ".join(f"t.`{key}` = s.`{key}`" for key in keys)
         # The rows are in memory already; streamed execution would stop delta-rs from reading
         # their min and max per matched column, from which it skips the files they cannot match.
@@ -211,13 +275,93 @@ class DeltaRsStore(LakehouseStore):
         merger.when_not_matched_insert_all(predicate=f"NOT ({delete_when})" if delete_when else None).execute()
 
     def _do_replace(self, path: str, data: pa.Table, predicate: str, txn: Txn | None) -> None:
-        write_deltalake(
-            path, data, mode="overwrite", predicate=predicate,
-            commit_properties=_commit_properties(txn),
-        )
+        with self._locked(path):
+            write_deltalake(path, data, mode="overwrite", predicate=predicate,
+                            commit_properties=_commit_properties(txn))
 
     def _do_delete(self, path: str, predicate: str) -> None:
-        self._open(path).delete(predicate)
+        with self._locked(path):
+            self._open(path).delete(predicate)
+
+    @contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        """The table's lock, held by every commit here that removes files. delta-rs checks a
+        merge, delete or compaction for files removed by a concurrent commit, but not a commit of
+        file actions (:meth:`rewrite`): without the lock, one could remove a file a compaction
+        had just rewritten, and the rows would be there twice. One machine's processes share it."""
+        locks = self.root / LOCKS
+        locks.mkdir(parents=True, exist_ok=True)
+        name = str(Path(path).relative_to(self.root)).replace("/", "+")
+        with open(locks / f"{name}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @staticmethod
+    def _files(table: DeltaTable, column: str) -> list[TableFile]:
+        actions = pa.table(table.get_add_actions(flatten=True))
+        partitions = [name for name in actions.column_names if name.startswith("partition.")]
+        def listed(name: str) -> list:
+            return actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
+
+        values = {name: [None if value is None else str(value) for value in listed(name)] for name in partitions}
+        lows, highs = listed(f"min.{column}"), listed(f"max.{column}")
+        return [TableFile(path, {name.removeprefix("partition."): values[name][at] for name in partitions},
+                          lows[at], highs[at])
+                for at, path in enumerate(actions.column("path").to_pylist())]
+
+    def read_files(self, name: str, files: Sequence[TableFile]) -> pa.Table:
+        table = self._latest(self._require(name), refresh=False)
+        schema = pa.schema(table.schema().to_arrow())
+        parts = []
+        for file in files:
+            rows = pq.read_table(Path(self.path(name)) / unquote(file.path))
+            for column, value in file.partition.items():
+                kind = schema.field(column).type
+                rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()).cast(kind))
+            parts.append(rows.select(schema.names).cast(schema))
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _do_rewrite(self, path: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
+                    txn: Txn) -> list[tuple[str, pa.Table]]:
+        with self._locked(path):
+            table = self._latest(path)
+            committed = table.transaction_version(txn.app_id)
+            if committed is not None and committed >= txn.version:
+                return []
+            planned = plan(self._files(table, column))
+            if planned is None:
+                return []
+            schema = pa.schema(table.schema().to_arrow())
+            partition_by = table.metadata().partition_columns
+            written = [self._write_file(path, part.cast(schema), partition_by)
+                       for rows in planned.rows for part in _by_partition(rows.select(schema.names), partition_by)]
+            now = int(time.time() * 1000)
+            removed = [RemoveAction(path=file.path, data_change=True, deletion_timestamp=now,
+                                    partition_values=dict(file.partition)) for file in planned.removed]
+            if removed or written:
+                table.create_write_transaction(removed + [action for action, _ in written], "append", schema,
+                                               partition_by=partition_by or None,
+                                               commit_properties=_commit_properties(txn))
+            return [(action.path, rows) for action, rows in written]
+
+    @staticmethod
+    def _write_file(path: str, rows: pa.Table, partition_by: list[str]) -> tuple[AddAction, pa.Table]:
+        values = {name: rows.column(name)[0].as_py() for name in partition_by}
+        folder = "/".join(f"{name}={NULL_PARTITION if value is None else value}" for name, value in values.items())
+        relative = f"{folder}/part-{uuid.uuid4()}.snappy.parquet" if folder else f"part-{uuid.uuid4()}.snappy.parquet"
+        final = Path(path) / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(rows.drop_columns(partition_by), final, compression="snappy")
+        action = AddAction(
+            path=relative, size=final.stat().st_size,
+            partition_values={name: None if value is None else str(value) for name, value in values.items()},
+            modification_time=int(time.time() * 1000), data_change=True,
+            stats=file_stats(rows.drop_columns(partition_by)),
+        )
+        return action, rows
 
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
         table = self._latest(path) if version is None and timestamp is None else DeltaTable(path)
@@ -259,10 +403,11 @@ class DeltaRsStore(LakehouseStore):
         ]
 
     def _do_optimize(self, path: str, zorder_by: list[str]) -> dict[str, Any]:
-        optimizer = DeltaTable(path).optimize
-        if zorder_by:
-            return optimizer.z_order(zorder_by)
-        return optimizer.compact()
+        with self._locked(path):
+            optimizer = DeltaTable(path).optimize
+            if zorder_by:
+                return optimizer.z_order(zorder_by)
+            return optimizer.compact()
 
     def _do_vacuum(self, path: str, retention_hours: float) -> int:
         # full: also files no commit references (staged by a writer killed before its commit),

@@ -359,6 +359,47 @@ def test_a_merged_table_rewrites_only_the_files_near_its_matches(spark, settings
     assert DeltaTable(store.path(name)).to_pyarrow_dataset().count_rows() == 12 * batch
 
 
+def test_a_rewrite_replaces_files_in_one_commit_on_the_files_a_compaction_left(spark, settings):
+    """``rewrite`` plans and commits under the table's lock, which a compaction takes too: a
+    rewrite waiting behind one plans on the compacted file, never on the files it replaced (delta-rs
+    would commit their removal again, and their rows would be there twice). Its files carry the
+    statistics readers skip files by; a replayed txn commits nothing."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from include.lakehouse import Rewrite
+
+    store = DeltaRsStore(spark, settings.lakehouse_dir)
+    name = make_table(store)
+    for number in range(2):
+        store.append(name, rows(spark, (number, f"n{number}", 1.0, T0, D1)), Txn("appends", number))
+    planned = []
+
+    def plan(files):  # every row again, plus one
+        planned.append([file.path for file in files])
+        stored = store.read_files(name, files)
+        more = stored.slice(0, 1).set_column(0, "id", pa.array([9], pa.int64()))
+        return Rewrite(removed=files, rows=[pa.concat_tables([stored, more])])
+
+    path = store.path(name)
+    with store._locked(path):
+        rewrite = threading.Thread(target=store.rewrite, args=(name, "ts", plan, Txn("rewrites", 0)))
+        rewrite.start()
+        time.sleep(0.5)
+        assert rewrite.is_alive() and not planned  # waits for the lock
+        DeltaTable(path).optimize.compact()  # a compaction holding the lock (as _do_optimize does)
+    rewrite.join(30)
+    compacted = DeltaTable(path).history(2)[1]["operation"]
+    assert compacted == "OPTIMIZE" and len(planned) == 1 and len(planned[0]) == 1
+    assert sorted(store.select_arrow(name, ["id"]).column("id").to_pylist()) == [0, 1, 9]
+    assert store.rewrite(name, "ts", plan, Txn("rewrites", 0)) == []  # a replay
+    assert len(planned) == 1
+    (file,) = store._files(store._latest(path), "ts")
+    assert (file.low, file.high, dict(file.partition)) == (T0, T0, {"date": "2026-11-20"})
+    assert pc.sum(store.select_arrow(name, ["amount"], "ts > CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)")
+                  .column("amount")).as_py() is None
+
+
 def test_ensure_table_gives_an_existing_table_new_properties(store, spark):
     from include import tables
 

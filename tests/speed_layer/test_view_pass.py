@@ -53,8 +53,10 @@ def run_pass(spark, settings):
     kept = {}
 
     def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=(), orders_watermark=None,
-            sensors=(), sensors_watermark=None):
+            sensors=(), sensors_watermark=None, orders_after=None, new_process=False):
         views = [VIEWS_BY_NAME[name] for name in views]
+        if new_process:
+            kept.clear()
         recent = kept.setdefault("recent", RecentEvents(store, horizons(views)))
         given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS),
                  "sensors": (sensors, SENSORS)}
@@ -68,12 +70,15 @@ def run_pass(spark, settings):
             spark=spark, txn=Txn("speed_ingest", batch_id), at=t(12, 0, batch_id % 60),
             fed={topic for topic, (rows, _) in given.items() if rows},
             events=frames.__getitem__, collect=lambda topics: {topic: arrow[topic] for topic in topics},
-            recent=lambda topic: before()[topic], watermarks=watermarks, watermarks_after={"payments": after},
+            recent=lambda topic: before()[topic], watermarks=watermarks,
+            watermarks_after={"payments": after, "orders": orders_after},
             lookback=lambda lookback, events, query: recent.moments(
                 lookback, batch_id, watermarks.get(lookback.topic), events, query))
-        for write in ViewPass(settings, store, views).writes(batch).values():
+        view_pass = kept.setdefault(tuple(view.name for view in views), ViewPass(settings, store, views))
+        for write in view_pass.writes(batch).values():
             write()
         recent.add(batch_id, arrow)
+        run.view_pass = view_pass
         return store
 
     return run
@@ -90,6 +95,48 @@ def test_partials_of_micro_batches_merge_into_the_rows_of_all_their_events(spark
     assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(whole.collect())
     version = store.version(view.speed_table)
     run_pass([view.name], 1, orders=batches[1])  # a replay: its commit is there already
+    assert store.version(view.speed_table) == version
+
+
+def test_window_rows_stay_open_in_memory_and_closed_ones_go_to_files_of_their_own(spark, settings, run_pass):
+    """On the driver, revenue's open windows stay in one file per day whose rows the pass holds;
+    a window the watermark closes moves to a file nothing rewrites. A compaction between
+    micro-batches and a new process read the files they need; the rows stay the definition's."""
+    view = VIEWS_BY_NAME["revenue_by_category_5m"]
+    batches = [
+        dict(orders=[order("o1", 0, "u1"), order("o2", 1, "u2"), order("o3", 6, "u1", "toys")]),
+        dict(orders=[order("o4", 2, "u3"), order("o5", 7, "u2", "toys")], orders_after=t(10, 5)),  # closes 10:00
+        dict(orders=[order("o6", 8, "u1", "toys"), order("o7", 11, "u4")], orders_watermark=t(10, 5),
+             orders_after=t(10, 10)),  # closes 10:05
+        dict(orders=[order("o8", 12, "u4"), order("o9", 14, "u5")], orders_watermark=t(10, 10),
+             orders_after=t(10, 10), new_process=True),
+    ]
+    open_rows = settings.pass_on_driver and open_store(settings, spark).rewrites_files
+
+    def windows(store):
+        """Each of the table's files as the windows it holds."""
+        files = store._files(store._latest(store.path(view.speed_table)), view.key_time)
+        return sorted(sorted({row["window_start"].minute for row in store.read_files(view.speed_table, [file])
+                              .to_pylist()}) for file in files)
+
+    for batch_id, batch in enumerate(batches):
+        store = run_pass([view.name], batch_id, **batch)
+        if batch_id == 1 and open_rows:
+            assert windows(store) == [[0], [5]]  # closed, open
+            store.optimize(view.speed_table)  # another writer's file: read again when touched
+            assert windows(store) == [[0, 5]]
+        if open_rows:
+            held = run_pass.view_pass.open_rows[view.name].held
+            assert [sorted({row["window_start"].minute for row in rows.to_pylist()}) for rows in held.values()] == \
+                [[[0, 5], [5], [10], [10]][batch_id]]
+    if open_rows:
+        assert windows(store) == [[0, 5], [10]]  # the compacted file was closed whole, then never touched
+    events = [o for batch in batches for o in batch["orders"]]
+    whole = view({"orders": spark.createDataFrame(events, ORDERS)}, ViewContext(settings, exact=False))
+    assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(
+        whole.select(*view.columns).collect())
+    version = store.version(view.speed_table)
+    run_pass([view.name], 3, **batches[3])  # a replay
     assert store.version(view.speed_table) == version
 
 
