@@ -347,8 +347,13 @@ def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, 
         store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
         return
     arrow = rows if isinstance(rows, pa.Table) else rows.toArrow()  # a handful of rows (alerts): once for both uses
-    stored = store.select_arrow(view.speed_table, list(view.keys))
-    known = set(zip(*(stored.column(key).to_pylist() for key in view.keys)))
+    known = set()
+    if arrow.num_rows:  # the stored keys among them: their days and key times skip the other files
+        (key,) = view.keys
+        fields = ddl.render(tuple(field for field in ddl.parse(view.fields) if field.name == key))
+        stored = read_stored(store, view.speed_table, fields, ViewPass._touched(view, arrow), key,
+                             pc.unique(arrow[key]).to_pylist())
+        known = {(value,) for value in stored.column(key).to_pylist()}
     new = [row for row in arrow.to_pylist() if tuple(row[key] for key in view.keys) not in known]
     if new:
         # Its own id per view (the id a view's own query has always used).
