@@ -83,13 +83,15 @@ def _stat(value: Any) -> Any:
 
 def file_stats(rows: pa.Table) -> str:
     """The statistics of a data file's rows, as Delta's log keeps them (file skipping reads the
-    min and max; nested and binary columns get null counts only)."""
+    min and max; binary columns get null counts only, nested ones none: Delta nests theirs)."""
     import pyarrow.compute as pc
 
     stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
     for name, column in zip(rows.column_names, rows.columns):
-        stats["nullCount"][name] = column.null_count
         kind = column.type
+        if pa.types.is_nested(kind):
+            continue
+        stats["nullCount"][name] = column.null_count
         if not (pa.types.is_temporal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
                 or pa.types.is_string(kind) or pa.types.is_boolean(kind)) or column.null_count == rows.num_rows:
             continue
