@@ -50,7 +50,7 @@ class OpenRows:
         def plan(files: list[TableFile]) -> Rewrite:
             nonlocal removed
             self.held = {file.path: self.held[file.path] for file in files if file.path in self.held}
-            removed = self._touched(files, partials)
+            removed = self._touched(files, partials, self.held)
             unread = [file for file in removed if file.path not in self.held]
             parts = [self.held[file.path] for file in removed if file.path in self.held]
             if unread:
@@ -65,7 +65,10 @@ class OpenRows:
         written = self.store.rewrite(view.speed_table, view.key_time, plan, txn)
         gone = {file.path for file in removed}
         self.held = {path: rows for path, rows in self.held.items() if path not in gone}
-        self.held |= {path: rows for path, rows in written if not pc.any(self._closed(rows, closed_by)).as_py()}
+        self.held |= {path: rows.select(columns).cast(self.schema) for path, rows in written}
+        # A file all of whose rows have closed (another day's, which no partials touch) is let go.
+        self.held = {path: rows for path, rows in self.held.items()
+                     if not pc.all(self._closed(rows, closed_by)).as_py()}
 
     def _closed(self, rows: pa.Table, closed_by: datetime | None) -> pa.ChunkedArray:
         if closed_by is None or rows.num_rows == 0:
@@ -73,14 +76,18 @@ class OpenRows:
         ends = rows.column(self.view.closes_at)
         return pc.less_equal(ends, pa.scalar(closed_by, ends.type)).fill_null(False)
 
-    def _touched(self, files: list[TableFile], partials: pa.Table) -> list[TableFile]:
-        """The files that may hold a key of ``partials``: of their days, with key times that
-        overlap theirs (all of a day's files without statistics)."""
-        days = {str(day) for day in pc.unique(partials.column("date")).to_pylist()}
+    def _touched(self, files: list[TableFile], partials: pa.Table, held: dict[str, pa.Table]) -> list[TableFile]:
+        """The files a micro-batch replaces: of the days of ``partials``, those whose key times
+        overlap theirs (all without statistics), and the held ones (the day's open rows, which
+        a window that opens after them would otherwise leave behind)."""
+        days = {None if day is None else str(day) for day in pc.unique(partials.column("date")).to_pylist()}
         extremes = pc.min_max(partials.column(self.view.key_time))
         low, high = extremes["min"].as_py(), extremes["max"].as_py()
-        return [file for file in files if file.partition.get("date") in days
-                and (file.low is None or file.high is None or (file.low <= high and file.high >= low))]
+
+        def overlaps(file: TableFile) -> bool:
+            return None in (file.low, file.high, low, high) or (file.low <= high and file.high >= low)
+
+        return [file for file in files if file.partition.get("date") in days and (file.path in held or overlaps(file))]
 
 
 def key_match(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.ChunkedArray:

@@ -11,7 +11,7 @@ import time
 import uuid
 from functools import partial
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -68,10 +68,14 @@ def check_columns(table: str, expected: list[str], given: list[str]) -> None:
         raise ValueError(f"columns {extra} are not in the schema of table {table}")
 
 
-def _stat(value: Any) -> Any:
-    """A value as Delta's statistics write it (None: left out)."""
+def _stat(value: Any, end: str) -> Any:
+    """A value as Delta's statistics write it (None: left out); a time to the millisecond, as
+    the protocol has it, rounded outwards (``end``: "min" or "max") so no row falls outside."""
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        millis = value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if end == "max" and millis != value:
+            millis += timedelta(milliseconds=1)
+        return millis.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, float) and not math.isfinite(value):
@@ -95,9 +99,11 @@ def file_stats(rows: pa.Table) -> str:
         if not (pa.types.is_temporal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
                 or pa.types.is_string(kind) or pa.types.is_boolean(kind)) or column.null_count == rows.num_rows:
             continue
+        if pa.types.is_floating(kind) and pc.any(pc.is_nan(column)).as_py():
+            continue  # min_max leaves NaN out; Spark orders it above every number
         extremes = pc.min_max(column)
         for end, key in (("min", "minValues"), ("max", "maxValues")):
-            value = _stat(extremes[end].as_py())
+            value = _stat(extremes[end].as_py(), end)
             if value is not None:
                 stats[key][name] = value
     return json.dumps(stats)
@@ -319,6 +325,9 @@ class DeltaRsStore(LakehouseStore):
         parts = []
         for file in files:
             rows = pq.read_table(Path(self.path(name)) / unquote(file.path))
+            for missing in [field for field in schema if field.name not in rows.column_names
+                            and field.name not in file.partition]:  # a column added after the file
+                rows = rows.append_column(missing.name, pa.nulls(rows.num_rows, missing.type))
             for column, value in file.partition.items():
                 kind = schema.field(column).type
                 rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()).cast(kind))
