@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import os
 import shutil
 import time
@@ -42,7 +41,6 @@ def _commit_properties(txn: Txn | None) -> CommitProperties | None:
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 STAGING = "_staging"  # inside the table folder: a rename into place never crosses file systems
 LOCKS = "_locks"  # under the store's root: a lock file per table (DeltaRsStore._locked)
-STATS_STRING_LENGTH = 32  # Delta's default: longer strings get no max statistic here
 
 
 @dataclass(frozen=True)
@@ -69,8 +67,8 @@ def check_columns(table: str, expected: list[str], given: list[str]) -> None:
 
 
 def _stat(value: Any, end: str) -> Any:
-    """A value as Delta's statistics write it (None: left out); a time to the millisecond, as
-    the protocol has it, rounded outwards (``end``: "min" or "max") so no row falls outside."""
+    """A value as Delta's statistics write it; a time to the millisecond, as the protocol has
+    it, rounded outwards (``end``: "min" or "max") so no row falls outside."""
     if isinstance(value, datetime):
         millis = value.replace(microsecond=value.microsecond // 1000 * 1000)
         if end == "max" and millis != value:
@@ -78,16 +76,14 @@ def _stat(value: Any, end: str) -> Any:
         return millis.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if isinstance(value, date):
         return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, str) and len(value) > STATS_STRING_LENGTH:
-        return None
-    return value if isinstance(value, (bool, int, float, str)) else None
+    return value
 
 
 def file_stats(rows: pa.Table) -> str:
-    """The statistics of a data file's rows, as Delta's log keeps them (file skipping reads the
-    min and max; binary columns get null counts only, nested ones none: Delta nests theirs)."""
+    """The statistics of a data file's rows, as Delta's log keeps them: min, max and null count
+    of every simple column (whole strings, not cut: delta-rs' reader turns a missing min or max
+    into a filter no row passes), a null count for binary ones, nothing for nested ones (Delta
+    nests theirs). Like delta-rs, min and max leave NaN out."""
     import pyarrow.compute as pc
 
     stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
@@ -96,16 +92,13 @@ def file_stats(rows: pa.Table) -> str:
         if pa.types.is_nested(kind):
             continue
         stats["nullCount"][name] = column.null_count
-        if not (pa.types.is_temporal(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                or pa.types.is_string(kind) or pa.types.is_boolean(kind)) or column.null_count == rows.num_rows:
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or column.null_count == rows.num_rows:
             continue
-        if pa.types.is_floating(kind) and pc.any(pc.is_nan(column)).as_py():
-            continue  # min_max leaves NaN out; Spark orders it above every number
         extremes = pc.min_max(column)
         for end, key in (("min", "minValues"), ("max", "maxValues")):
-            value = _stat(extremes[end].as_py(), end)
+            value = extremes[end].as_py()
             if value is not None:
-                stats[key][name] = value
+                stats[key][name] = _stat(value, end)
     return json.dumps(stats)
 
 

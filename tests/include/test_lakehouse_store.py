@@ -470,19 +470,23 @@ def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
 
 def test_arrow_appends_carry_statistics_readers_accept(spark, settings):
     """delta-rs appends write their own files: min and max to the millisecond, rounded outwards,
-    none for a float column with NaN, no null count for a nested column (Delta nests those, and
-    delta-rs refuses a table whose log has one flat); a checkpoint and a filtered read work."""
+    whole long strings (delta-rs' reader filters out a file whose column lacks them), no null
+    count for a nested column (Delta nests those, and delta-rs refuses a table whose log has one
+    flat); a checkpoint and filtered reads work."""
     import json
 
     import pyarrow as pa
 
     store = DeltaRsStore(spark, settings.lakehouse_dir)
     schema = StructType([StructField("ts", TimestampType()), StructField("x", DoubleType()),
+                         StructField("source", StringType()),
                          StructField("after", StructType([StructField("id", LongType())])),
                          StructField("date", DateType())])
     store.ensure_table("nested", schema, partition_by=["date"])
     moments = [T0.replace(microsecond=123456), T0.replace(second=1)]
+    source = "file:///a/landing/folder/with/a/name/longer/than/thirty-two.jsonl"
     rows = pa.table({"ts": pa.array(moments, pa.timestamp("us", "UTC")), "x": [1.0, float("nan")],
+                     "source": [source, source],
                      "after": pa.array([{"id": 1}, None]), "date": pa.array([D1, D1], pa.date32())})
     for number in range(2):
         store.append("nested", rows, Txn("appends", number))
@@ -490,7 +494,8 @@ def test_arrow_appends_carry_statistics_readers_accept(spark, settings):
     DeltaTable(path).create_checkpoint()
     log = (Path(path) / "_delta_log" / "00000000000000000001.json").read_text().splitlines()
     (stats,) = [json.loads(action["add"]["stats"]) for action in map(json.loads, log) if "add" in action]
-    assert stats["minValues"] == {"ts": "2026-11-20T10:00:00.123Z"}
-    assert stats["maxValues"] == {"ts": "2026-11-20T10:00:01.000Z"}
+    assert stats["minValues"] == {"ts": "2026-11-20T10:00:00.123Z", "x": 1.0, "source": source}
+    assert stats["maxValues"] == {"ts": "2026-11-20T10:00:01.000Z", "x": 1.0, "source": source}
     assert "after" not in stats["nullCount"]
     assert store.select_arrow("nested", ["x"], "ts > CAST('2026-11-20T10:00:00.5Z' AS TIMESTAMP)").num_rows == 2
+    assert DeltaTable(path).to_pyarrow_table(columns=["x"], filters=[("source", "in", [source])]).num_rows == 4
