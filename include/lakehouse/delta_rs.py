@@ -76,7 +76,7 @@ def _stat(value: Any, end: str) -> Any:
         return millis.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if isinstance(value, date):
         return value.isoformat()
-    return value
+    return value if isinstance(value, (bool, int, float, str)) else None  # e.g. a decimal: left out
 
 
 def file_stats(rows: pa.Table) -> str:
@@ -96,9 +96,9 @@ def file_stats(rows: pa.Table) -> str:
             continue
         extremes = pc.min_max(column)
         for end, key in (("min", "minValues"), ("max", "maxValues")):
-            value = extremes[end].as_py()
+            value = _stat(extremes[end].as_py(), end)
             if value is not None:
-                stats[key][name] = _stat(value, end)
+                stats[key][name] = value
     return json.dumps(stats)
 
 
