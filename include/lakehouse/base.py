@@ -69,7 +69,7 @@ class TableFile:
 
 @dataclass(frozen=True)
 class Rewrite:
-    """What :meth:`LakehouseStore.rewrite` commits: files to remove, and rows to write instead
+    """What ``rewrite`` (delta-rs) commits: files to remove, and rows to write instead
     (each table to files of its own, one per partition)."""
 
     removed: list[TableFile]
@@ -145,7 +145,7 @@ class LakehouseStore(ABC):
     """Delta tables under one root folder, addressed by name (``bronze/orders``)."""
 
     engine: str
-    rewrites_files = False  # whether the engine implements rewrite()
+    rewrites_files = False  # whether the engine has rewrite() and read_files() (delta-rs)
 
     def __init__(
         self,
@@ -346,24 +346,6 @@ class LakehouseStore(ABC):
         )
 
     @writes
-    def rewrite(self, name: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
-                txn: Txn) -> list[tuple[str, pa.Table]]:
-        """Replace some of a table's files in one commit, without reading the others: ``plan``
-        gets the table's files at its latest version (with the min and max of ``column``) and
-        says which to remove and what to write instead. Returns the files written, each with its
-        rows; none when ``txn`` was committed already or ``plan`` gives None."""
-        if not self.rewrites_files:
-            raise NotImplementedError(f"the {self.engine} engine does not rewrite files")
-        path = self._require(name)
-        if self.is_committed(name, txn):
-            return []
-        return self._retrying(f"rewrite of '{name}'", lambda: self._do_rewrite(path, column, plan, txn))
-
-    def read_files(self, name: str, files: Sequence[TableFile]) -> pa.Table:
-        """The rows of some of a table's files (:meth:`rewrite`), partition columns included."""
-        raise NotImplementedError(f"the {self.engine} engine does not read single files")
-
-    @writes
     def delete(self, name: str, predicate: str) -> None:
         """Delete the rows matching SQL ``predicate`` (both engines parse it)."""
         path = self._require(name)
@@ -503,10 +485,6 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_delete(self, path: str, predicate: str) -> None: ...
-
-    def _do_rewrite(self, path: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
-                    txn: Txn) -> list[tuple[str, pa.Table]]:
-        raise NotImplementedError
 
     @abstractmethod
     def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...

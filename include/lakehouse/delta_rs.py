@@ -312,7 +312,20 @@ class DeltaRsStore(LakehouseStore):
                           lows[at], highs[at])
                 for at, path in enumerate(actions.column("path").to_pylist())]
 
+    @writes
+    def rewrite(self, name: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
+                txn: Txn) -> list[tuple[str, pa.Table]]:
+        """Replace some of a table's files in one commit, without reading the others: ``plan``
+        gets the table's files at its latest version (with the min and max of ``column``) and
+        says which to remove and what to write instead. Returns the files written, each with its
+        rows; none when ``txn`` was committed already or ``plan`` gives None."""
+        path = self._require(name)
+        if self.is_committed(name, txn):
+            return []
+        return self._retrying(f"rewrite of '{name}'", lambda: self._do_rewrite(path, column, plan, txn))
+
     def read_files(self, name: str, files: Sequence[TableFile]) -> pa.Table:
+        """The rows of some of a table's files (:meth:`rewrite`), partition columns included."""
         table = self._latest(self._require(name), refresh=False)
         schema = pa.schema(table.schema().to_arrow())
         parts = []
