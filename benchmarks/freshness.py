@@ -1017,8 +1017,9 @@ def main() -> None:
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
                              "one run per setting too")
     parser.add_argument("--designs", nargs="+", choices=("one-pass", "one-pass-duckdb", "floor"),
-                        default=["one-pass"],
-                        help="the pass on Spark or on the driver (LAMBDALAKE_PASS_ENGINE spark / duckdb), or "
+                        default=["one-pass-duckdb"],
+                        help="the pass on Spark or on the driver (LAMBDALAKE_PASS_ENGINE spark / duckdb; the "
+                             "driver is the project's default), or "
                              "`floor`: Spark's floor (spark_floor.py --continuous, landed text to Parquet): "
                              "one run per design too")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",

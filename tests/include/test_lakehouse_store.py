@@ -499,3 +499,37 @@ def test_arrow_appends_carry_statistics_readers_accept(spark, settings):
     assert "after" not in stats["nullCount"]
     assert store.select_arrow("nested", ["x"], "ts > CAST('2026-11-20T10:00:00.5Z' AS TIMESTAMP)").num_rows == 2
     assert DeltaTable(path).to_pyarrow_table(columns=["x"], filters=[("source", "in", [source])]).num_rows == 4
+
+
+def test_appends_write_their_own_log_entries_race_for_versions_and_checkpoint(spark, settings):
+    """delta-rs' appends write their log entries themselves (a hard link takes the version).
+    Two writers appending at once both land every row, once; a checkpoint comes every 100
+    versions; a fresh reader, and a new store, see every row and transaction id."""
+    import pyarrow as pa
+
+    def arrow(i):
+        return pa.table({"id": pa.array([i], pa.int64()), "name": [f"n{i}"], "amount": [1.0],
+                         "ts": pa.array([T0], pa.timestamp("us", "UTC")), "date": pa.array([D1], pa.date32())})
+
+    ours, theirs = DeltaRsStore(spark, settings.lakehouse_dir), DeltaRsStore(spark, settings.lakehouse_dir)
+    name = make_table(ours)
+
+    def appends(store, app, ids):
+        for i in ids:
+            assert store.append(name, arrow(i), Txn(app, i))
+
+    with ThreadPoolExecutor(2) as pool:
+        both = [pool.submit(appends, ours, "ours", range(0, 120, 2)),
+                pool.submit(appends, theirs, "theirs", range(1, 120, 2))]
+        [writer.result() for writer in both]
+    assert not ours.append(name, arrow(118), Txn("ours", 118))  # committed: skipped
+    log = Path(ours.path(name)) / "_delta_log"
+    assert (log / f"{100:020d}.checkpoint.parquet").exists()
+    assert not list(log.glob(".*.tmp"))
+    fresh = DeltaTable(ours.path(name))
+    assert fresh.version() == 120
+    assert sorted(fresh.to_pyarrow_table().column("id").to_pylist()) == list(range(120))
+    assert fresh.transaction_version("ours") == 118 and fresh.transaction_version("theirs") == 119
+    later = DeltaRsStore(spark, settings.lakehouse_dir)
+    assert later.is_committed(name, Txn("theirs", 119)) and not later.is_committed(name, Txn("theirs", 120))
+    assert sorted(ours.select_arrow(name, ["id"]).column("id").to_pylist()) == list(range(120))
