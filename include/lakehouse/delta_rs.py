@@ -50,12 +50,13 @@ class VersionTaken(Exception):
 
 
 @dataclass(frozen=True)
-class OwnCommits:
-    """The appends this process committed itself after its table handle's version (their
-    transaction ids): with no commit after ``version``, the handle and these are the whole log."""
+class OwnCommit:
+    """A commit of file actions this process wrote itself (:meth:`DeltaRsStore._commit_files`)."""
 
     version: int
-    txns: dict[str, int]
+    txn: Txn | None
+    added: list[AddAction]
+    removed: list[str]
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,18 @@ def _stat(value: Any, end: str) -> Any:
     if isinstance(value, date):
         return value.isoformat()
     return value if isinstance(value, (bool, int, float, str)) else None  # e.g. a decimal: left out
+
+
+def _stat_value(value: Any, kind: pa.DataType) -> Any:
+    """A min or max of Delta's statistics as the column's Python value (:func:`_stat` undone)."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(kind):
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return moment if kind.tz else moment.replace(tzinfo=None)
+    if pa.types.is_date(kind):
+        return date.fromisoformat(value)
+    return value
 
 
 def file_stats(rows: pa.Table) -> str:
@@ -147,25 +160,34 @@ class DeltaRsStore(LakehouseStore):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._own: dict[str, OwnCommits] = {}  # by table path: see _commit_adds
-        self._appending: dict[str, threading.Lock] = {}
+        self._own: dict[str, list[OwnCommit]] = {}  # by table path: see _commit_files
+        self._committing: dict[str, threading.Lock] = {}
+        self._file_lists: dict[tuple[str, str], tuple[int, list[TableFile]]] = {}  # see _files
 
     def _is_conflict(self, exc: Exception) -> bool:
         return isinstance(exc, (CommitFailedError, VersionTaken))
 
     def txn_version(self, name: str, app_id: str) -> int | None:
         path = self.path(name)
-        own = self._current_own(path)
+        own = self._own_since(path)
         if own is None:
             return super().txn_version(name, app_id)
-        if app_id in own.txns:
-            return own.txns[app_id]
-        return self._txn_version_of(path, self._latest(path, refresh=False), app_id)
+        for commit in reversed(own[1]):
+            if commit.txn is not None and commit.txn.app_id == app_id:
+                return commit.txn.version
+        return self._txn_version_of(path, own[0], app_id)
 
-    def _current_own(self, path: str) -> OwnCommits | None:
-        """This process's appends since its handle's version, if nobody has committed since."""
+    def _own_since(self, path: str) -> tuple[DeltaTable, list[OwnCommit]] | None:
+        """The table's handle, as it is, and the commits this process wrote after its version,
+        if together they are the whole log (no other writer has committed since)."""
         own = self._own.get(path)
-        return own if own is not None and not log_entry(path, own.version + 1).exists() else None
+        if not own or log_entry(path, own[-1].version + 1).exists():
+            return None
+        table = self._latest(path, refresh=False)
+        since = [commit for commit in own if commit.version > table.version()]
+        if since and since[0].version != table.version() + 1:  # the handle is older than these
+            return None
+        return table, since
 
     def _open(self, path: str) -> DeltaTable:
         """The snapshot a commit builds on (a seam tests use to force concurrent commits)."""
@@ -275,7 +297,7 @@ class DeltaRsStore(LakehouseStore):
     def _do_append(self, path: str, data: pa.Table | StagedFiles, txn: Txn | None) -> None:
         if isinstance(data, StagedFiles):
             if data.actions:
-                self._commit_adds(path, data.actions, txn)
+                self._commit_files(path, txn, data.actions)
             return
         if not self._is_table(path) or data.num_rows == 0:
             write_deltalake(self._open(path) if self._is_table(path) else path, data, mode="append",
@@ -285,35 +307,42 @@ class DeltaRsStore(LakehouseStore):
         # every file the table holds (18 ms at 1 file, 68 ms at 450), a commit of actions hardly.
         partition_by = self._latest(path, refresh=False).metadata().partition_columns
         written = [self._write_file(path, part, partition_by) for part in _by_partition(data, partition_by)]
-        self._commit_adds(path, [action for action, _ in written], txn)
+        self._commit_files(path, txn, [action for action, _ in written])
 
-    def _commit_adds(self, path: str, adds: list[AddAction], txn: Txn | None) -> None:
-        """Commit an append of files: its log entry written here, as Delta's protocol has it.
-        delta-rs' own commit costs ~28 ms of CPU and ~660 thread switches, and bringing a handle
-        up to date over it ~20 ms more; this costs ~1 ms, and the handle stays as it was (the
-        appends since are in ``_own``; readers bring it up to date when they need it). The
-        version is taken with a hard link, which fails if another writer took it first."""
+    def _commit_files(self, path: str, txn: Txn | None, added: list[AddAction],
+                      removed: Sequence[TableFile] = ()) -> None:
+        """Commit file actions: the log entry written here, as Delta's protocol has it. delta-rs'
+        own commit costs ~28 ms of CPU and ~660 thread switches, and bringing a handle up to date
+        over it ~20 ms more; this costs ~1 ms, and the handle stays as it was (the commits since
+        are in ``_own``; readers bring it up to date when they need to). The version is taken with
+        a hard link, which fails when another writer took it first (a conflict: retried)."""
         table = self._latest(path, refresh=False)
         protocol = table.protocol()
+        now = int(time.time() * 1000)
+        removes = [{"path": file.path, "deletionTimestamp": now, "dataChange": True,
+                    "partitionValues": dict(file.partition)} for file in removed]
         if protocol.min_writer_version > 2 or protocol.writer_features:  # features this does not write
-            self._latest(path).create_write_transaction(adds, "append", pa.schema(table.schema().to_arrow()),
+            actions = [RemoveAction(path=r["path"], data_change=True, deletion_timestamp=now,
+                                    partition_values=r["partitionValues"]) for r in removes]
+            self._latest(path).create_write_transaction(actions + added, "append", pa.schema(table.schema().to_arrow()),
                                                         partition_by=table.metadata().partition_columns or None,
                                                         commit_properties=_commit_properties(txn))
             return
-        with self._appending.setdefault(path, threading.Lock()):
-            own = self._current_own(path)
+        with self._committing.setdefault(path, threading.Lock()):
+            own = self._own_since(path)
             if own is None:
-                table = self._latest(path)
-                own = OwnCommits(table.version(), {})
-            version, now = own.version + 1, int(time.time() * 1000)
-            entries = [{"commitInfo": {"timestamp": now, "operation": "WRITE",
-                                       "operationParameters": {"mode": "Append"}, "isBlindAppend": True,
+                latest = self._latest(path)
+                own = (latest, [])
+            version = own[0].version() + len(own[1]) + 1
+            entries = [{"commitInfo": {"timestamp": now, "operation": "WRITE" if not removes else "REWRITE",
+                                       "operationParameters": {"mode": "Append"}, "isBlindAppend": not removes,
                                        "clientVersion": "lambdalake"}}]
             if txn is not None:
                 entries.append({"txn": {"appId": txn.app_id, "version": txn.version, "lastUpdated": now}})
+            entries += [{"remove": remove} for remove in removes]
             entries += [{"add": {"path": add.path, "partitionValues": add.partition_values, "size": add.size,
                                  "modificationTime": add.modification_time, "dataChange": add.data_change,
-                                 "stats": add.stats}} for add in adds]
+                                 "stats": add.stats}} for add in added]
             staging = log_entry(path, version).with_name(f".{uuid.uuid4().hex}.json.tmp")
             staging.write_text("".join(json.dumps(entry) + "\n" for entry in entries))
             try:
@@ -322,8 +351,7 @@ class DeltaRsStore(LakehouseStore):
                 raise VersionTaken(f"version {version} of {path} was committed by another writer") from None
             finally:
                 staging.unlink()
-            txns = {**own.txns, **({txn.app_id: txn.version} if txn else {})}
-            self._own[path] = OwnCommits(version, txns)
+            self._own[path] = [*own[1], OwnCommit(version, txn, added, [file.path for file in removed])]
         interval = int(table.metadata().configuration.get("delta.checkpointInterval", CHECKPOINT_INTERVAL))
         if version % interval == 0:  # what delta-rs' commit does after it: a checkpoint, old log cleaned up
             latest = self._latest(path)
@@ -415,25 +443,41 @@ class DeltaRsStore(LakehouseStore):
     def _do_rewrite(self, path: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
                     txn: Txn) -> list[tuple[str, pa.Table]]:
         with self._locked(path):
-            table = self._latest(path)
-            committed = table.transaction_version(txn.app_id)
-            if committed is not None and committed >= txn.version:
+            name = str(Path(path).relative_to(self.root))
+            if self.is_committed(name, txn):
                 return []
-            planned = plan(self._files(table, column))
+            planned = plan(self._files_of(path, column))
             if planned is None:
                 return []
+            table = self._latest(path, refresh=False)
             schema = pa.schema(table.schema().to_arrow())
             partition_by = table.metadata().partition_columns
             written = [self._write_file(path, part.cast(schema), partition_by)
                        for rows in planned.rows for part in _by_partition(rows.select(schema.names), partition_by)]
-            now = int(time.time() * 1000)
-            removed = [RemoveAction(path=file.path, data_change=True, deletion_timestamp=now,
-                                    partition_values=dict(file.partition)) for file in planned.removed]
-            if removed or written:
-                table.create_write_transaction(removed + [action for action, _ in written], "append", schema,
-                                               partition_by=partition_by or None,
-                                               commit_properties=_commit_properties(txn))
+            if planned.removed or written:
+                self._commit_files(path, txn, [action for action, _ in written], planned.removed)
             return [(action.path, rows) for action, rows in written]
+
+    def _files_of(self, path: str, column: str) -> list[TableFile]:
+        """The table's files at its latest version, with the min and max of ``column``: the
+        handle's (read once per version) with this process's commits since applied."""
+        own = self._own_since(path)
+        table, since = own if own is not None else (self._latest(path), [])
+        known = self._file_lists.get((path, column))
+        if known is None or known[0] != table.version():
+            known = (table.version(), self._files(table, column))
+            self._file_lists[(path, column)] = known
+        files = {file.path: file for file in known[1]}
+        kind = pa.schema(table.schema().to_arrow()).field(column).type
+        for commit in since:
+            for removed in commit.removed:
+                files.pop(removed, None)
+            for add in commit.added:
+                stats = json.loads(add.stats)
+                files[add.path] = TableFile(add.path, dict(add.partition_values),
+                                            _stat_value(stats.get("minValues", {}).get(column), kind),
+                                            _stat_value(stats.get("maxValues", {}).get(column), kind))
+        return list(files.values())
 
     @staticmethod
     def _write_file(path: str, rows: pa.Table, partition_by: list[str]) -> tuple[AddAction, pa.Table]:
