@@ -26,6 +26,7 @@ from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
+from include.lakehouse.base import has_newer_version
 from include.registry import ViewSpec, combined_sql
 from include.views import VIEWS
 
@@ -190,8 +191,11 @@ class ServingEngine:
         self.connection.execute("SET lock_configuration = true")
 
     # ---- keeping the copies current ----------------------------------------------------------
+    def _path(self, relation: str) -> str:
+        return str(self.settings.lakehouse_dir / SOURCES[relation][0])
+
     def _open(self, relation: str) -> DeltaTable | None:
-        path = str(self.settings.lakehouse_dir / SOURCES[relation][0])
+        path = self._path(relation)
         if not DeltaTable.is_deltatable(path):
             return None
         table = DeltaTable(path)
@@ -265,7 +269,8 @@ class ServingEngine:
             for relation, snapshot in self._snapshots.items():
                 if snapshot is None:
                     snapshot = self._snapshots[relation] = self._open(relation)
-                else:
+                elif has_newer_version(self._path(relation), snapshot.version()):
+                    # Four times a second per table: look in the log first (a refresh costs).
                     snapshot.update_incremental()  # reads only the log entries after its version
                 if snapshot is not None and snapshot.version() != self._copies[relation].version:
                     changed[relation] = snapshot

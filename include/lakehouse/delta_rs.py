@@ -25,7 +25,9 @@ from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, write_d
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
-from include.lakehouse.base import CommitInfo, LakehouseStore, Rewrite, TableFile, Txn, log_entry, writes
+from include.lakehouse.base import (
+    CommitInfo, LakehouseStore, Rewrite, TableFile, Txn, has_newer_version, log_entry, writes,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -181,7 +183,7 @@ class DeltaRsStore(LakehouseStore):
         """The table's handle, as it is, and the commits this process wrote after its version,
         if together they are the whole log (no other writer has committed since)."""
         own = self._own.get(path)
-        if not own or log_entry(path, own[-1].version + 1).exists():
+        if not own or has_newer_version(path, own[-1].version):
             return None
         table = self._latest(path, refresh=False)
         since = [commit for commit in own if commit.version > table.version()]

@@ -533,3 +533,20 @@ def test_appends_write_their_own_log_entries_race_for_versions_and_checkpoint(sp
     later = DeltaRsStore(spark, settings.lakehouse_dir)
     assert later.is_committed(name, Txn("theirs", 119)) and not later.is_committed(name, Txn("theirs", 120))
     assert sorted(ours.select_arrow(name, ["id"]).column("id").to_pylist()) == list(range(120))
+
+
+def test_a_newer_version_is_found_in_the_log_also_once_its_entries_are_cleaned_up(spark, settings):
+    """Handles are refreshed only when the log has a newer version: the next entry, or a
+    checkpoint after it (entries before a checkpoint are deleted once older than the log's
+    retention)."""
+    from include.lakehouse.base import has_newer_version
+
+    store = DeltaRsStore(spark, settings.lakehouse_dir)
+    name = make_table(store)
+    path = store.path(name)
+    assert not has_newer_version(path, 0)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1)))
+    assert has_newer_version(path, 0) and not has_newer_version(path, 1)
+    DeltaTable(path).create_checkpoint()
+    (Path(path) / "_delta_log" / f"{1:020d}.json").unlink()  # as a cleanup would
+    assert has_newer_version(path, 0) and not has_newer_version(path, 1)
