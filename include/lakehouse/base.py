@@ -216,8 +216,6 @@ class LakehouseStore(ABC):
         if table is not None and not refresh:
             return table
         if table is not None:
-            # delta-rs' refresh costs ~6 ms of CPU even when nothing changed; a commit after the
-            # handle's version is a new log file, so its absence says the handle is current.
             if not has_newer_version(path, table.version()):
                 return table
             try:

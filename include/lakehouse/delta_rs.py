@@ -164,7 +164,7 @@ class DeltaRsStore(LakehouseStore):
         super().__init__(*args, **kwargs)
         self._own: dict[str, list[OwnCommit]] = {}  # by table path: see _commit_files
         self._committing: dict[str, threading.Lock] = {}
-        self._file_lists: dict[tuple[str, str], tuple[int, list[TableFile]]] = {}  # see _files
+        self._file_lists: dict[tuple[str, str], tuple[int, list[TableFile]]] = {}  # see _files_of
 
     def _is_conflict(self, exc: Exception) -> bool:
         return isinstance(exc, (CommitFailedError, VersionTaken))
@@ -321,15 +321,15 @@ class DeltaRsStore(LakehouseStore):
         table = self._latest(path, refresh=False)
         protocol = table.protocol()
         now = int(time.time() * 1000)
-        removes = [{"path": file.path, "deletionTimestamp": now, "dataChange": True,
-                    "partitionValues": dict(file.partition)} for file in removed]
         if protocol.min_writer_version > 2 or protocol.writer_features:  # features this does not write
-            actions = [RemoveAction(path=r["path"], data_change=True, deletion_timestamp=now,
-                                    partition_values=r["partitionValues"]) for r in removes]
-            self._latest(path).create_write_transaction(actions + added, "append", pa.schema(table.schema().to_arrow()),
+            removes = [RemoveAction(path=file.path, data_change=True, deletion_timestamp=now,
+                                    partition_values=dict(file.partition)) for file in removed]
+            self._latest(path).create_write_transaction(removes + added, "append", pa.schema(table.schema().to_arrow()),
                                                         partition_by=table.metadata().partition_columns or None,
                                                         commit_properties=_commit_properties(txn))
             return
+        removes = [{"path": file.path, "deletionTimestamp": now, "dataChange": True,
+                    "partitionValues": dict(file.partition)} for file in removed]
         with self._committing.setdefault(path, threading.Lock()):
             own = self._own_since(path)
             if own is None:
