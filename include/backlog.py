@@ -56,23 +56,32 @@ class LandedFile:
     size: int
 
 
-def landed_files(folder: Path, topic: str) -> list[LandedFile]:
+def landed_files(folder: Path, topic: str, known: dict[str, LandedFile] | None = None) -> list[LandedFile]:
     """The topic's complete landing files (``*.jsonl``, not hidden: a file is written under
-    another name and renamed), oldest first, as the stream takes them."""
-    found = []
+    another name and renamed), oldest first, as the stream takes them. ``known``: the files an
+    earlier listing found, by path, updated here; a landed file does not change (it is renamed
+    in complete), so only a new one is looked at: a listing every trigger costs little however
+    many files the day has landed."""
+    found = {}
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
-        return []
+        entries = []
     for entry in entries:
         if not entry.name.endswith(".jsonl") or entry.name.startswith((".", "_")):
             continue
-        try:
-            stat = entry.stat()
-        except FileNotFoundError:  # moved away while listed
-            continue
-        found.append(LandedFile(topic, Path(entry.path), stat.st_mtime_ns // 1_000_000, stat.st_size))
-    return sorted(found, key=lambda file: (file.modified_ms, file.path.name))
+        landed = known.get(entry.path) if known is not None else None
+        if landed is None:
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:  # moved away while listed
+                continue
+            landed = LandedFile(topic, Path(entry.path), stat.st_mtime_ns // 1_000_000, stat.st_size)
+        found[entry.path] = landed
+    if known is not None:
+        known.clear()
+        known.update(found)
+    return sorted(found.values(), key=lambda file: (file.modified_ms, file.path.name))
 
 
 def _millis(moment_ms: int) -> datetime:

@@ -172,13 +172,29 @@ class PassStep(Protocol):
         """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by the pass's engine
         (Spark, or DuckDB on the driver: :mod:`include.views.sql`)."""
 
-    def keep(self, table: str, rows: pa.Table, fields: str) -> None:
-        """Append rows to a table of the view's own state, in the micro-batch's transaction."""
+    def earlier(self, topic: str, fields: str, where: str) -> pa.Table:
+        """``fields`` of the topic's events of earlier micro-batches (as :meth:`events` gave
+        them) matching SQL ``where``, read from Silver."""
 
-    def forget(self, table: str, where: str) -> None:
-        """Now and then (every ``FORGET_EVERY`` micro-batches), delete the state rows matching SQL
-        ``where``: rows that can no longer change a result, so deleting them again on a replay is
-        harmless."""
+    def held(self, name: str, fields: str, key: str, fill: Callable[[], pa.Table]) -> HeldRows:
+        """Rows of ``fields`` the view's step keeps in memory from one micro-batch to the next
+        (``name``: its own, e.g. ``order_payments/open_orders``; one row per ``key``). The first
+        step in a process (a start, a restart, a replay) fills them with ``fill()``: what the
+        lake holds as of the micro-batch (:meth:`stored`, :meth:`earlier`). The step keeps them
+        bounded: it takes out the rows no on-time event can change any more."""
+
+
+class HeldRows(Protocol):
+    """:meth:`PassStep.held`: rows in memory, indexed by their key (speed_layer/held_rows.py)."""
+
+    def get(self, column: str, values: Sequence[object]) -> pa.Table:
+        """The held rows whose ``column`` is one of ``values``."""
+
+    def put(self, rows: pa.Table) -> None:
+        """Hold ``rows``, each in place of the held row of its key."""
+
+    def take(self, where: str) -> pa.Table:
+        """Stop holding the rows matching SQL ``where``, and give them."""
 
 
 @dataclass(frozen=True)

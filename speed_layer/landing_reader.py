@@ -100,6 +100,7 @@ class LandingLog:
         for path, (batch_id, modified_ms) in file_source_entries(checkpoint).items():
             self.taken.setdefault(path.parent.name, {})[path] = (batch_id, modified_ms)
         self._listed: dict[str, set[Path]] = {}  # per topic, the files its last listing found
+        self._known: dict[str, dict[str, LandedFile]] = {topic: {} for topic in TOPIC_NAMES}  # and by path
         if not (checkpoint / "metadata").exists():
             _write_atomically(checkpoint / "metadata", json.dumps({"id": str(uuid.uuid4())}))
 
@@ -123,7 +124,7 @@ class LandingLog:
         """The topic's landed files not taken yet, oldest first (too old ones left out)."""
         taken = self.taken.get(topic, {})
         oldest_kept = self._oldest_kept(topic)
-        listed = landed_files(self.settings.landing_topic_dir(topic), topic)
+        listed = landed_files(self.settings.landing_topic_dir(topic), topic, self._known.setdefault(topic, {}))
         self._listed[topic] = {file.path for file in listed}
         return [file for file in listed
                 if file.path not in taken and (oldest_kept is None or file.modified_ms >= oldest_kept)]

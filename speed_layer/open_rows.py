@@ -3,16 +3,17 @@
 A view whose partials are merged when written (``revenue_by_category_5m``, ``traffic_by_page_10m``,
 ``device_health_5m``) changes only rows whose window is still open: an on-time event comes after
 its topic's watermark, so it falls in no window that ends at or before it. So the pass keeps each
-day's open rows in one file it rewrote itself, and holds that file's rows in memory. A
-micro-batch's partials are merged with the held rows of their keys (DuckDB), and one commit
-replaces that file with a new one of the rows still open plus one of the rows the watermark has
-just closed, which nothing rewrites again. No read of the table, no Delta merge.
+window's rows in a file of its own that it wrote itself, and holds the open windows' rows in
+memory. A micro-batch's partials are merged with the held rows of their keys (DuckDB), and one
+commit replaces the files of the windows they fall in with new ones. No read of the table, no
+Delta merge, and a micro-batch rewrites the windows it touches only, however many are open (the
+watermark delay keeps several open at once).
 
 Which files a micro-batch replaces comes from the table's log, not from memory: those of its days
 whose key times overlap the partials'. A file this process did not write (after a restart, or one
 a compaction wrote) is read once; a closed row an on-time event should never reach would be found
-and merged all the same. Memory holds the open rows only: a file is let go once it is replaced or
-no longer in the table.
+and merged all the same. Memory holds the open windows only: a file is let go once it is replaced,
+no longer in the table, or all its rows have closed.
 
 Exactly once: the commit carries ingest's transaction id; a replayed micro-batch the table has
 committed is skipped, and one it has not sees the same files and computes the same rows.
@@ -42,7 +43,8 @@ class OpenRows:
     def add(self, partials: pa.Table, merge: Callable[[pa.Table], pa.Table], closed_by: datetime | None,
             txn: Txn) -> None:
         """Merge a micro-batch's ``partials`` (one row per key; ``merge``: a key's rows into one)
-        into the table; rows whose window ends at or before ``closed_by`` go to a file of their own."""
+        into the table, a file per window; rows whose window ends at or before ``closed_by`` are
+        no longer held."""
         view, columns = self.view, column_names(self.view.speed_fields)
         partials = partials.select(columns).cast(self.schema)
         removed: list[TableFile] = []
@@ -50,7 +52,7 @@ class OpenRows:
         def plan(files: list[TableFile]) -> Rewrite:
             nonlocal removed
             self.held = {file.path: self.held[file.path] for file in files if file.path in self.held}
-            removed = self._touched(files, partials, self.held)
+            removed = self._touched(files, partials)
             unread = [file for file in removed if file.path not in self.held]
             parts = [self.held[file.path] for file in removed if file.path in self.held]
             if unread:
@@ -59,8 +61,7 @@ class OpenRows:
             same_key = key_match(stored, partials, list(view.keys))
             merged = merge(pa.concat_tables([partials, stored.filter(same_key)])).select(columns).cast(self.schema)
             rows = pa.concat_tables([stored.filter(pc.invert(same_key)), merged])
-            closed = self._closed(rows, closed_by)
-            return Rewrite(removed=removed, rows=[rows.filter(pc.invert(closed)), rows.filter(closed)])
+            return Rewrite(removed=removed, rows=self._per_window(rows))
 
         written = self.store.rewrite(view.speed_table, view.key_time, plan, txn)
         gone = {file.path for file in removed}
@@ -76,10 +77,14 @@ class OpenRows:
         ends = rows.column(self.view.closes_at)
         return pc.less_equal(ends, pa.scalar(closed_by, ends.type)).fill_null(False)
 
-    def _touched(self, files: list[TableFile], partials: pa.Table, held: dict[str, pa.Table]) -> list[TableFile]:
+    def _per_window(self, rows: pa.Table) -> list[pa.Table]:
+        """``rows`` split by their key time (a window's start): a table, so a file, per window."""
+        times = rows.column(self.view.key_time)
+        return [rows.filter(pc.equal(times, time)) for time in pc.unique(times)] if rows.num_rows else []
+
+    def _touched(self, files: list[TableFile], partials: pa.Table) -> list[TableFile]:
         """The files a micro-batch replaces: of the days of ``partials``, those whose key times
-        overlap theirs (all without statistics), and the held ones (the day's open rows, which
-        a window that opens after them would otherwise leave behind)."""
+        overlap theirs (all without statistics). Held files are read from memory."""
         days = {None if day is None else str(day) for day in pc.unique(partials.column("date")).to_pylist()}
         extremes = pc.min_max(partials.column(self.view.key_time))
         low, high = extremes["min"].as_py(), extremes["max"].as_py()
@@ -87,7 +92,7 @@ class OpenRows:
         def overlaps(file: TableFile) -> bool:
             return None in (file.low, file.high, low, high) or (file.low <= high and file.high >= low)
 
-        return [file for file in files if file.partition.get("date") in days and (file.path in held or overlaps(file))]
+        return [file for file in files if file.partition.get("date") in days and overlaps(file)]
 
 
 def key_match(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.ChunkedArray:

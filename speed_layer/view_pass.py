@@ -39,6 +39,7 @@ from include.registry import (
     replaces_sql, sql_time, state_topics, struct,
 )
 from include.views import VIEWS
+from speed_layer.held_rows import HeldRows
 from speed_layer.open_rows import OpenRows, key_match
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 
 # Values per IN list in a read of stored rows (see Step.stored).
 IN_LIST_SLICE = 1000
-# Micro-batches between deletions of state rows that can no longer count (each deletion is a commit).
-FORGET_EVERY = 100
 # Topics a dimension reads: their late events count too (include.registry.state_topics).
 STATE_TOPICS = state_topics(VIEWS)
 
@@ -79,6 +78,7 @@ class Step:
     store: LakehouseStore
     batch: MicroBatch
     topics: list[str]
+    held_rows: dict[str, HeldRows] = field(default_factory=dict)  # the pass's, from one micro-batch to the next
     _events: dict[str, pa.Table] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -116,15 +116,17 @@ class Step:
         tables = {name: table if table.num_rows else table.schema.empty_table() for name, table in tables.items()}
         return spark_rows(sql, {name: spark.createDataFrame(table) for name, table in tables.items()}).toArrow()
 
-    def forget(self, table: str, where: str) -> None:
-        if self.batch.txn.version % FORGET_EVERY == 0 and self.store.exists(table):
-            self.store.delete(table, where)
+    def earlier(self, topic: str, fields: str, where: str) -> pa.Table:
+        before = self.batch.txn.version
+        return read_silver(self.store, topic, ddl.arrow_schema(fields), f"batch_id < {before} AND ({where})")
 
-    def keep(self, table: str, rows: pa.Table, fields: str) -> None:
-        self.store.ensure_table(table, struct(fields), [], tables.STREAM_TABLE_PROPERTIES)
-        if rows.num_rows:
-            self.store.append(table, rows.select(column_names(fields)).cast(ddl.arrow_schema(fields)),
-                              self.batch.txn)
+    def held(self, name: str, fields: str, key: str, fill: Callable[[], pa.Table]) -> HeldRows:
+        rows = self.held_rows.get(name)  # a view's own names: only its step, on one thread, asks for them
+        if rows is None:
+            rows = HeldRows(fields, key)
+            rows.put(fill())
+            self.held_rows[name] = rows
+        return rows
 
 
 @dataclass
@@ -148,6 +150,7 @@ class ViewPass:
                  intervals: Mapping[str, timedelta] | None = None) -> None:
         self.settings, self.store = settings, store
         self.computed = [view for view in views if view.in_ingest_pass]
+        self.held_rows: dict[str, HeldRows] = {}  # PassStep.held's
         # Every view that may run on several micro-batches: one that ran on an interval before
         # (another process, other settings) first catches up on the micro-batches since its last run.
         trigger = settings.trigger_interval
@@ -174,7 +177,7 @@ class ViewPass:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
         topics is left out)."""
         writes = {}
-        step = Step(self.settings, self.store, batch, self.collected_topics)  # one collect for all
+        step = Step(self.settings, self.store, batch, self.collected_topics, self.held_rows)  # one collect for all
         for view in self.computed:
             view_step, waiting = step, self.waiting.get(view.name)
             if waiting is not None and (waiting.interval or waiting.through != batch.txn.version - 1):
@@ -221,16 +224,11 @@ class ViewPass:
         waiting.events, waiting.ran_at = {topic: [] for topic in topics}, batch.at
         if not any(rows.num_rows for rows in events.values()):
             return None
-        return Step(self.settings, self.store, batch, topics, _events=events)
+        return Step(self.settings, self.store, batch, topics, self.held_rows, _events=events)
 
     def _read_back(self, topic: str, after: int, before: int, schema: pa.Schema) -> pa.Table:
-        """The topic's events of micro-batches ``after`` < N < ``before`` as the pass gave them:
-        Silver's rows, on-time ones only unless a dimension reads the topic."""
-        if not self.store.exists(tables.silver(topic)):
-            return schema.empty_table()
-        late = "" if topic in STATE_TOPICS else " AND NOT is_late"
-        where = f"batch_id > {after} AND batch_id < {before}{late}"
-        return self.store.select_arrow(tables.silver(topic), schema.names, where).cast(schema)
+        """The topic's events of micro-batches ``after`` < N < ``before`` as the pass gave them."""
+        return read_silver(self.store, topic, schema, f"batch_id > {after} AND batch_id < {before}")
 
     def _add_partials(self, view: ViewSpec, inputs: dict[str, DataFrame], txn: Txn) -> None:
         store, columns = self.store, column_names(view.speed_fields)
@@ -323,6 +321,15 @@ def read_stored(store: LakehouseStore, table: str, fields: str, where: str, colu
         return store.select_arrow(table, column_names(fields), f"({where}) AND {column} IN ({listed})").cast(schema)
 
     return pa.concat_tables([rows_of(part) for part in slices])
+
+
+def read_silver(store: LakehouseStore, topic: str, schema: pa.Schema, where: str) -> pa.Table:
+    """The topic's Silver rows matching SQL ``where`` as the pass gave them to the views (on-time
+    ones only, unless a dimension reads the topic), as ``schema``."""
+    if not store.exists(tables.silver(topic)):
+        return schema.empty_table()
+    late = "" if topic in STATE_TOPICS else " AND NOT is_late"
+    return store.select_arrow(tables.silver(topic), schema.names, f"({where}){late}").cast(schema)
 
 
 def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:

@@ -74,7 +74,7 @@ def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
     ``alert_id``. The anomaly test is in exact integers of hundredths of a degree (decimals), so
     both layers and both engines agree to the last alert. The batch's ``detected_at`` is its
     run's time. The stream runs this on a micro-batch's readings, with their look-back's
-    statistics, and its orders with the recent ones of the same users (:func:`alerts_step`), and
+    statistics, and its orders with the recent ones of the same users and windows (:func:`alerts_step`), and
     keeps the alerts its fresh events raise, each detected at the micro-batch that brought its
     reading, or the order that passed the limit."""
     settings, stream = context.settings, not context.exact
@@ -125,7 +125,14 @@ def alerts_step(step: PassStep) -> pa.Table:
     import pyarrow.compute as pc
 
     new, old = step.events("orders"), step.recent("orders")
-    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"]))).select(new.column_names).cast(new.schema)
+    # An old order counts only in a window that a fresh order of its user falls in too.
+    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"])))
+    if new.num_rows:
+        window_us = VELOCITY_WINDOW // timedelta(microseconds=1)
+        first_us = pc.min(new["event_time"]).cast(pa.timestamp("us", "UTC")).cast(pa.int64()).as_py()
+        first_window = pa.scalar(first_us - first_us % window_us, pa.int64()).cast(pa.timestamp("us", "UTC"))
+        old = old.filter(pc.greater_equal(old["event_time"], first_window.cast(old["event_time"].type)))
+    old = old.select(new.column_names).cast(new.schema)
     orders = pa.concat_tables([table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
                                for table, fresh in ((old, False), (new, True))])
     return step.query(alerts.sql(ViewContext(step.settings, exact=False)),

@@ -4,11 +4,13 @@ payment in the join window."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from include import ddl
 from include.registry import (
-    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names,
-    sql_time, view,
+    Differences, HeldRows, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql,
+    column_names, sql_time, view,
 )
 from include.views.rules import (
     distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
@@ -120,65 +122,93 @@ ORDER_PAYMENTS_COLUMNS = ("order_id", "user_id", "category", "amount", "order_ti
                           "pay_time", "status", "date")
 ORDER_FIELDS = "order_id string, user_id string, category string, amount double, event_time timestamp"
 PAYMENT_FIELDS = "payment_id string, order_id string, amount double, event_time timestamp"
-# Payments the stream has seen before their order (kept until no on-time order can match them).
-WAITING_PAYMENTS = "speed_state/order_payments_waiting"
-
-
-def order_payments_inputs(step: PassStep) -> tuple[pa.Table, pa.Table]:
-    """What :func:`order_payments_step` runs the definition on: the micro-batch's on-time orders
-    with the stored orders its payments may pay, and its payments with those waiting for their
-    order (kept and forgotten here)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    table, window = order_payments.speed_table, step.settings.join_window
-    orders, payments = step.events("orders"), step.events("payments")
-    orders = orders.select(column_names(ORDER_FIELDS))
-    payments = payments.select(column_names(PAYMENT_FIELDS))
-    paid_ids = pc.unique(payments["order_id"]).to_pylist()
-    if paid_ids:  # the stored orders these payments may pay
-        first, last = pc.min_max(payments["event_time"]).values()
-        known = step.stored(
-            table, "order_id string, user_id string, category string, amount double, order_time timestamp",
-            f"order_time >= {sql_time(first.as_py() - window)} AND order_time <= {sql_time(last.as_py())}",
-            "order_id", paid_ids)
-        orders = pa.concat_tables([orders, known.rename_columns(column_names(ORDER_FIELDS)).cast(orders.schema)])
-    order_ids = pc.unique(orders["order_id"]).to_pylist()
-    if order_ids:  # payments that came before their order
-        waiting = step.stored(WAITING_PAYMENTS, PAYMENT_FIELDS, "true", "order_id", order_ids)
-        step.keep(WAITING_PAYMENTS, payments.filter(pc.invert(pc.is_in(payments["order_id"], pa.array(order_ids)))),
-                  PAYMENT_FIELDS)
-        payments = pa.concat_tables([payments, waiting.cast(payments.schema)])
-    else:
-        step.keep(WAITING_PAYMENTS, payments, PAYMENT_FIELDS)
-    orders_seen_to = step.watermark("orders")
-    if orders_seen_to:  # an on-time order comes after the orders' watermark, so it pays no earlier payment
-        # A string literal: delta-rs's delete cannot compare a UTC timestamp with sql_time's CAST.
-        from include.lakehouse.base import sql_literal
-
-        step.forget(WAITING_PAYMENTS, f"event_time <= {sql_literal(orders_seen_to)}")
-    return orders, payments
+# What the stream holds of an order whose window is open (PassStep.held): its fields, and whether it is paid.
+OPEN_ORDER_FIELDS = ("order_id string, user_id string, category string, amount double, order_time timestamp, "
+                     "paid boolean")
+OPEN_ORDERS, WAITING_PAYMENTS = "order_payments/open_orders", "order_payments/waiting_payments"
 
 
 def order_payments_step(step: PassStep) -> pa.Table:
     """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
-    touches (:func:`order_payments_inputs`). A join row left without a payment is not
-    ``unpaid`` yet: the order stays ``pending`` until the payments' watermark passes its window's
-    end (this micro-batch closes those between the watermark before and after it)."""
-    table, window = order_payments.speed_table, step.settings.join_window
-    orders, payments = order_payments_inputs(step)
-    before, after = step.watermark("payments"), step.watermark("payments", after=True)
-    closed = f"order_time <= {sql_time(after - window)}" if after else "false"
+    touches: its on-time orders, the open orders its payments may pay and those whose window it
+    closes, and its payments with those that came before their order. Open orders and waiting
+    payments are held in memory (:meth:`PassStep.held`): an order until the payments' watermark
+    passes its window's end, a payment until the orders' watermark passes it (an on-time order
+    comes after that watermark, so it pays no earlier payment). A join row left without a
+    payment is not ``unpaid`` yet: the order stays ``pending`` until its window closes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from include.lakehouse.base import sql_literal
+
+    paid_by, paid_until = step.watermark("payments"), step.watermark("payments", after=True)
+    closes_at = paid_until - step.settings.join_window if paid_until else None
+    open_orders = step.held(OPEN_ORDERS, OPEN_ORDER_FIELDS, "order_id", lambda: stored_open_orders(step, paid_by))
+    waiting = step.held(WAITING_PAYMENTS, PAYMENT_FIELDS, "payment_id",
+                        lambda: earlier_waiting_payments(step, step.watermark("orders"), open_orders))
+    new_orders = step.events("orders").select(column_names(ORDER_FIELDS))
+    new_payments = step.events("payments").select(column_names(PAYMENT_FIELDS))
+    closing = (open_orders.take(f"order_time <= {sql_literal(closes_at)}") if closes_at
+               else ddl.arrow_schema(OPEN_ORDER_FIELDS).empty_table())
+    paying = pc.unique(new_payments["order_id"])
+    known = open_orders.get("order_id", paying.to_pylist())  # open orders these payments may pay
+    # Closing orders to run again: those the payments may pay, and the pending ones (now unpaid).
+    closing = closing.filter(pc.or_(pc.is_in(closing["order_id"], paying), pc.invert(closing["paid"])))
+    orders = pa.concat_tables([new_orders, *(held.drop_columns(["paid"]).rename_columns(new_orders.column_names)
+                                             .cast(new_orders.schema) for held in (known, closing))])
+    new_ids = pc.unique(new_orders["order_id"])
+    payments = pa.concat_tables([new_payments, waiting.take(f"order_id IN ({_listed(new_ids)})") if len(new_ids)
+                                 else new_payments.schema.empty_table()])
+
+    # The closing time as a table, not a literal: the query's text stays the same (translated once).
     columns = ", ".join(name if name != "status" else
-                        f"CASE WHEN status = 'pending' AND {closed} THEN 'unpaid' ELSE status END AS status"
-                        for name in ORDER_PAYMENTS_COLUMNS)
+                        "CASE WHEN status = 'pending' AND order_time <= (SELECT at FROM {closes_at}) THEN 'unpaid' "
+                        "ELSE status END AS status" for name in ORDER_PAYMENTS_COLUMNS)
     definition = order_payments.sql(ViewContext(step.settings, exact=False))
-    sql = f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'"
-    tables = {"orders": orders, "payments": payments}
-    if after is not None:
-        since = f"AND order_time > {sql_time(before - window)}" if before else ""
-        tables["closing"] = step.stored(table, order_payments.fields,
-                                        f"status = 'pending' AND order_time <= {sql_time(after - window)} {since}")
-        unpaid = ", ".join(name if name != "status" else "'unpaid' AS status" for name in ORDER_PAYMENTS_COLUMNS)
-        sql += f" UNION ALL SELECT {unpaid} FROM {{closing}}"
-    return step.query(sql, tables)
+    rows = step.query(f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'",
+                      {"orders": orders, "payments": payments,
+                       "closes_at": pa.table({"at": pa.array([closes_at], pa.timestamp("us", "UTC"))})})
+
+    paid = pc.unique(rows.filter(pc.equal(rows["status"], "paid"))["order_id"])
+    arrived = new_orders.rename_columns(known.column_names[:-1])
+    arrived = arrived.append_column("paid", pc.is_in(arrived["order_id"], paid)).cast(known.schema)
+    known = known.set_column(known.schema.get_field_index("paid"), "paid",
+                             pc.or_(known["paid"], pc.is_in(known["order_id"], paid)))
+    held = pa.concat_tables([arrived, known])
+    if closes_at:  # an order whose window closed as it arrived is not held
+        held = held.filter(pc.greater(held["order_time"], pa.scalar(closes_at, held["order_time"].type)))
+    open_orders.put(held)
+    seen = pa.concat_arrays([new_ids, known["order_id"].combine_chunks(), closing["order_id"].combine_chunks()])
+    waiting.put(new_payments.filter(pc.invert(pc.is_in(new_payments["order_id"], seen))))
+    orders_until = step.watermark("orders", after=True)
+    if orders_until:
+        waiting.take(f"event_time <= {sql_literal(orders_until)}")
+    return rows
+
+
+def stored_open_orders(step: PassStep, paid_by: datetime | None) -> pa.Table:
+    """The orders whose window the payments' watermark ``paid_by`` has not closed, from the speed
+    table: a new process's :data:`OPEN_ORDERS`."""
+    import pyarrow.compute as pc
+
+    still_open = f"order_time > {sql_time(paid_by - step.settings.join_window)}" if paid_by else "true"
+    rows = step.stored(order_payments.speed_table, "order_id string, user_id string, category string, "
+                       "amount double, order_time timestamp, status string", f"status <> 'unpaid' AND {still_open}")
+    return rows.append_column("paid", pc.equal(rows["status"], "paid")).drop_columns(["status"])
+
+
+def earlier_waiting_payments(step: PassStep, orders_seen_to: datetime | None, open_orders: HeldRows) -> pa.Table:
+    """The earlier micro-batches' payments that no order seen so far took and an on-time order
+    may still take (after the orders' watermark): a new process's :data:`WAITING_PAYMENTS`."""
+    import pyarrow.compute as pc
+
+    payments = step.earlier("payments", PAYMENT_FIELDS,
+                            f"event_time > {sql_time(orders_seen_to)}" if orders_seen_to else "true")
+    seen = open_orders.get("order_id", pc.unique(payments["order_id"]).to_pylist())["order_id"]
+    return payments.filter(pc.invert(pc.is_in(payments["order_id"], seen.combine_chunks())))
+
+
+def _listed(values: pa.Array) -> str:
+    from include.lakehouse.base import sql_literal
+
+    return ", ".join(map(sql_literal, values.to_pylist()))

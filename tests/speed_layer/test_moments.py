@@ -66,8 +66,25 @@ def test_moments_equal_the_window_out_of_order_with_ties(monkeypatch):
     batches += [([f"E{second}"] * 3, [start + (1800 + second) * 1_000_000 + k for k in range(3)], [1, 2, 3])
                 for second in range(10)]
     moments = run_batches(batches, spare_codes=1, monkeypatch=monkeypatch)
-    assert len(moments._codes) <= len(np.unique(moments.code)) + 2  # renumbered, not one code per device seen
+    live = np.unique(np.concatenate([run.code for run in moments._runs]))
+    assert len(moments._codes) <= len(live) + 2  # renumbered, not one code per device seen
     assert [len(part) for part in moments.window(pa.array([], pa.string()), np.empty(0, np.int64))] == [0, 0, 0]
+
+
+def test_moments_equal_the_window_over_many_runs_and_sweeps(monkeypatch):
+    """Micro-batches of every size make runs of every size; merges and sweeps drop forgotten readings."""
+    monkeypatch.setattr("speed_layer.moments.SWEEP_EVERY", 5)
+    rng = np.random.default_rng(11)
+    start, batches = 1_795_000_000_000_000, []
+    for second in range(0, 2400, 20):
+        size = int(rng.choice([1, 3, 40, 250]))
+        micros = start + second * 1_000_000 + rng.integers(-30_000_000, 5_000_000, size)
+        micros[0] = start + (second - 30) * 1_000_000  # the batch's earliest: its forgetting is the watermark's
+        batches.append(([f"D{device}" for device in rng.integers(0, 12, size)], micros.tolist(),
+                        rng.integers(-50, 900, size).tolist()))
+    moments = run_batches(batches)
+    assert 1 < len(moments._runs) < 12
+    assert min(run.micros.min() for run in moments._runs) > start  # the first minutes are gone
 
 
 def test_moments_exact_beyond_int64_and_across_years():

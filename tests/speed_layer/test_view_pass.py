@@ -98,10 +98,11 @@ def test_partials_of_micro_batches_merge_into_the_rows_of_all_their_events(spark
     assert store.version(view.speed_table) == version
 
 
-def test_window_rows_stay_open_in_memory_and_closed_ones_go_to_files_of_their_own(spark, settings, run_pass):
-    """On the driver, revenue's open windows stay in one file per day whose rows the pass holds;
-    a window the watermark closes moves to a file nothing rewrites. A compaction between
-    micro-batches and a new process read the files they need; the rows stay the definition's."""
+def test_window_rows_stay_open_in_memory_a_file_per_window(spark, settings, run_pass):
+    """On the driver, revenue keeps a file per window and holds the open windows' rows; a
+    micro-batch rewrites the windows it touches only, and a window the watermark closes is let go.
+    A compaction between micro-batches and a new process read the files they need; the rows stay
+    the definition's."""
     view = VIEWS_BY_NAME["revenue_by_category_5m"]
     batches = [
         dict(orders=[order("o1", 0, "u1"), order("o2", 1, "u2"), order("o3", 6, "u1", "toys")]),
@@ -123,15 +124,15 @@ def test_window_rows_stay_open_in_memory_and_closed_ones_go_to_files_of_their_ow
     for batch_id, batch in enumerate(batches):
         store = run_pass([view.name], batch_id, **batch)
         if batch_id == 1 and open_rows:
-            assert windows(store) == [[0], [5]]  # closed, open
+            assert windows(store) == [[0], [5]]  # closed, open: a file each
             store.optimize(view.speed_table)  # another writer's file: read again when touched
             assert windows(store) == [[0, 5]]
         if open_rows:
             held = run_pass.view_pass.open_rows[view.name].held
-            assert [sorted({row["window_start"].minute for row in rows.to_pylist()}) for rows in held.values()] == \
-                [[[0, 5], [5], [10], [10], [10, 15]][batch_id]]
-    if open_rows:  # the compacted file was closed whole, then never touched; the day's open rows in one file
-        assert windows(store) == [[0, 5], [10, 15]]
+            assert sorted(sorted({row["window_start"].minute for row in rows.to_pylist()}) for rows in held.values()) \
+                == [[[0], [5]], [[5]], [[10]], [[10]], [[10], [15]]][batch_id]
+    if open_rows:  # the compacted file split again when its window 5 was touched; window 15 left 10's file alone
+        assert windows(store) == [[0], [5], [10], [15]]
     events = [o for batch in batches for o in batch["orders"]]
     whole = view({"orders": spark.createDataFrame(events, ORDERS)}, ViewContext(settings, exact=False))
     assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(
@@ -159,31 +160,51 @@ def test_order_payments_from_pending_to_paid_or_unpaid(spark, settings, run_pass
     store = run_pass([view.name], 1, orders=[order("o9", 3)], payments=[payment("p1", "o1", 20)],
                      watermark=t(9, 56), after=t(10, 10))  # a replay
     assert store.version(view.speed_table) == version
-    waiting = store.read("speed_state/order_payments_waiting")
-    assert sorted(r["payment_id"] for r in waiting.collect()) == ["p8", "p9"]
+    held = run_pass.view_pass.held_rows
+    assert held["order_payments/open_orders"].get("order_id", ["o1", "o2", "o9"]).num_rows == 0  # all closed
+    assert held["order_payments/waiting_payments"].get("order_id", ["o8", "o9"])["payment_id"].to_pylist() == ["p8"]
     assert column_names(view.fields) == store.read(view.speed_table).columns
 
 
-def test_waiting_payments_no_order_can_match_are_forgotten_every_hundred_micro_batches(spark, settings, run_pass):
+def test_a_new_process_holds_the_open_orders_again_from_the_speed_table(spark, settings, run_pass):
+    """After a restart the orders whose window is open are read back once, paid or not; a
+    payment then pays a pending one, and the watermark closes the others as before."""
+    view = VIEWS_BY_NAME["order_payments"]
+    run_pass([view.name], 0, orders=[order("o1", 0), order("o2", 5), order("o3", 50, hour=9)],
+             payments=[payment("p2", "o2", 6)], watermark=t(9, 50), after=t(10, 6))
+    store = run_pass([view.name], 1, payments=[payment("p1", "o1", 30)], watermark=t(10, 6), after=t(10, 58),
+                     new_process=True)
+    rows = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
+    assert rows == {"o1": ("paid", "p1"), "o2": ("paid", "p2"), "o3": ("unpaid", None)}  # 9:50 + 1 h <= 10:58
+    open_orders = run_pass.view_pass.held_rows["order_payments/open_orders"]
+    assert sorted(open_orders.get("order_id", ["o1", "o2", "o3"])["order_id"].to_pylist()) == ["o1", "o2"]
+
+
+def test_waiting_payments_are_let_go_once_no_order_can_take_them(spark, settings, run_pass):
     """Payments wait for their order until the orders' watermark passes them (then no on-time
-    order can come); every 100th micro-batch deletes those, on the lake's engine."""
+    order can come)."""
     run_pass(["order_payments"], 1, payments=[payment("p1", "o1", 0), payment("p2", "o2", 30)])
-    store = run_pass(["order_payments"], 100, orders=[order("o3", 40)], orders_watermark=t(10, 10))
-    waiting = store.read("speed_state/order_payments_waiting").collect()
-    assert sorted(row["payment_id"] for row in waiting) == ["p2"]
+    run_pass(["order_payments"], 2, orders=[order("o3", 40)], orders_watermark=t(9, 30), orders_after=t(10, 10))
+    waiting = run_pass.view_pass.held_rows["order_payments/waiting_payments"]
+    assert waiting.get("order_id", ["o1", "o2"])["payment_id"].to_pylist() == ["p2"]
 
 
-def test_stored_rows_are_read_by_id_in_slices(spark, settings, run_pass, monkeypatch):
-    """Many ids at once (a backlog's payments) are asked for in slices; every slice is read."""
-    from speed_layer import view_pass
+def test_many_ids_are_asked_for_in_slices(spark, settings, run_pass, monkeypatch):
+    """Many ids at once (a backlog's payments) are asked for in slices, of the held rows and of a
+    table; every slice is read."""
+    from speed_layer import held_rows, view_pass
 
+    monkeypatch.setattr(held_rows, "IN_LIST_SLICE", 2)
     monkeypatch.setattr(view_pass, "IN_LIST_SLICE", 2)
     orders = [order(f"o{i}", i) for i in range(7)]
     run_pass(["order_payments"], 0, orders=orders)
     store = run_pass(["order_payments"], 1, payments=[payment(f"p{i}", f"o{i}", 30) for i in range(7)],
                      watermark=t(9, 50), after=t(9, 50))
-    rows = store.read(VIEWS_BY_NAME["order_payments"].speed_table).collect()
+    table = VIEWS_BY_NAME["order_payments"].speed_table
+    rows = store.read(table).collect()
     assert sorted((r["order_id"], r["status"]) for r in rows) == [(f"o{i}", "paid") for i in range(7)]
+    stored = view_pass.read_stored(store, table, "order_id string", "true", "order_id", [f"o{i}" for i in range(7)])
+    assert sorted(stored["order_id"].to_pylist()) == [f"o{i}" for i in range(7)]
 
 
 def test_no_events_of_a_view_s_topics_no_work(spark, settings, run_pass):

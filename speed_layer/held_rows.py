@@ -1,0 +1,93 @@
+"""Rows a view's step keeps in memory from one micro-batch to the next (:meth:`PassStep.held`).
+
+A step that would otherwise read the same rows back from the lake every micro-batch (the orders a
+payment may still pay, the payments waiting for their order) holds them here instead: a DuckDB
+table in this process's memory, indexed by its key, so a lookup or a change costs the rows it
+touches, not the rows held. The step bounds what it holds (it takes out what no on-time event can
+change any more) and says how to fill it in a new process from the lake, so a restart or a
+replayed micro-batch starts from what the lake holds as of that micro-batch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from include import ddl
+from include.lakehouse.base import sql_literal
+
+# Values per IN list in a lookup.
+IN_LIST_SLICE = 1000
+# Every HeldRows, so that its database is closed at exit, not destroyed during the interpreter's shutdown.
+_ALL: weakref.WeakSet[HeldRows] = weakref.WeakSet()
+
+
+class HeldRows:
+    """Rows of ``fields`` held in memory, one per value of ``key``."""
+
+    def __init__(self, fields: str, key: str) -> None:
+        self.schema, self.key = ddl.arrow_schema(fields), key
+        self._db = duckdb.connect(":memory:")
+        self._lock = threading.Lock()
+        self._run("SET TimeZone = 'UTC'")
+        self._run("SET threads = 1")  # the pass runs its steps in parallel threads
+        _ALL.add(self)
+        self._db.register("_rows", self.schema.empty_table())
+        self._run("CREATE TABLE held AS SELECT * FROM _rows")
+        self._db.unregister("_rows")
+        self._run(f"CREATE UNIQUE INDEX held_key ON held ({key})")
+
+    def __len__(self) -> int:
+        with self._lock:
+            return self._run("SELECT count(*) FROM held")[0][0]
+
+    def get(self, column: str, values: Sequence[Any]) -> pa.Table:
+        """The held rows whose ``column`` is one of ``values``."""
+        values = list(values)
+        parts = [self._select(f"{column} IN ({', '.join(map(sql_literal, values[start:start + IN_LIST_SLICE]))})")
+                 for start in range(0, len(values), IN_LIST_SLICE)]
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
+    def put(self, rows: pa.Table) -> None:
+        """Hold ``rows``, each in place of the held row of its key."""
+        if rows.num_rows == 0:
+            return
+        rows = rows.select(self.schema.names).cast(self.schema)
+        keys = rows.column(self.key).to_pylist()
+        with self._lock:
+            self._run("BEGIN TRANSACTION")
+            for start in range(0, len(keys), IN_LIST_SLICE):
+                listed = ", ".join(map(sql_literal, keys[start:start + IN_LIST_SLICE]))
+                self._run(f"DELETE FROM held WHERE {self.key} IN ({listed})")
+            self._db.register("_rows", rows)
+            self._run("INSERT INTO held SELECT * FROM _rows")
+            self._db.unregister("_rows")
+            self._run("COMMIT")
+
+    def take(self, where: str) -> pa.Table:
+        """Stop holding the rows matching SQL ``where`` (DuckDB's), and give them."""
+        with self._lock:
+            taken = self._db.sql(f"DELETE FROM held WHERE {where} RETURNING *").to_arrow_table()
+        return taken.cast(self.schema)
+
+    def _run(self, sql: str) -> list[tuple]:
+        return self._db.execute(sql).fetchall()
+
+    def _select(self, where: str) -> pa.Table:
+        with self._lock:
+            return self._db.sql(f"SELECT * FROM held WHERE {where}").to_arrow_table().cast(self.schema)
+
+
+@atexit.register
+def _close_all() -> None:
+    for rows in list(_ALL):
+        rows._db.close()
+
+
+__all__ = ["HeldRows"]
