@@ -59,16 +59,15 @@ class HeldRows:
         if rows.num_rows == 0:
             return
         rows = rows.select(self.schema.names).cast(self.schema)
-        keys = rows.column(self.key).to_pylist()
+        numbered = pa.table({"key": rows.column(self.key), "row": pa.array(range(rows.num_rows), pa.int64())})
+        last = numbered.group_by("key").aggregate([("row", "max")]).column("row_max")
+        if len(last) < rows.num_rows:  # one row per key: the last
+            rows = rows.take(last)
+        replaced = ", ".join(f"{name} = excluded.{name}" for name in self.schema.names if name != self.key)
         with self._lock:
-            self._run("BEGIN TRANSACTION")
-            for start in range(0, len(keys), IN_LIST_SLICE):
-                listed = ", ".join(map(sql_literal, keys[start:start + IN_LIST_SLICE]))
-                self._run(f"DELETE FROM held WHERE {self.key} IN ({listed})")
             self._db.register("_rows", rows)
-            self._run("INSERT INTO held SELECT * FROM _rows")
+            self._run(f"INSERT INTO held SELECT * FROM _rows ON CONFLICT ({self.key}) DO UPDATE SET {replaced}")
             self._db.unregister("_rows")
-            self._run("COMMIT")
 
     def take(self, where: str) -> pa.Table:
         """Stop holding the rows matching SQL ``where`` (DuckDB's), and give them."""

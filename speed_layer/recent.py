@@ -42,7 +42,8 @@ class RecentEvents:
 
     def __init__(self, store: LakehouseStore, horizons: dict[str, timedelta]) -> None:
         self.store, self.horizons = store, horizons
-        self._kept: dict[str, list[pa.Table]] = {topic: [] for topic in horizons}
+        # Per topic, a part per micro-batch (or read back), with its earliest event time.
+        self._kept: dict[str, list[tuple[pa.Table, datetime | None]]] = {topic: [] for topic in horizons}
         self._through: int | None = None  # the last micro-batch they include
         self._moments: dict[Lookback, tuple[Moments, int]] = {}  # and the last micro-batch each includes
 
@@ -55,20 +56,22 @@ class RecentEvents:
         found = {}
         for topic, horizon in self.horizons.items():
             watermark = watermarks.get(topic)
-            parts = [part.select(columns[topic].names).cast(columns[topic]) for part in self._kept[topic]]
-            kept = pa.concat_tables(parts) if parts else columns[topic].empty_table()
-            if watermark is not None:
-                since = pa.scalar(watermark - horizon, kept["event_time"].type)
-                kept = kept.filter(pc.greater(kept["event_time"], since))
-                self._kept[topic] = [kept]  # trimmed: a later watermark is never earlier
-            found[topic] = kept
+            if watermark is not None:  # trimmed part by part: one wholly after the horizon is not copied
+                since = watermark - horizon
+                self._kept[topic] = [kept for part, earliest in self._kept[topic]
+                                     if (kept := (part, earliest) if earliest is None or earliest > since
+                                         else _part(_after(part, since)))[0].num_rows]
+            schema = columns[topic]
+            parts = [part if part.schema == schema else part.select(schema.names).cast(schema)
+                     for part, _ in self._kept[topic]]
+            found[topic] = pa.concat_tables(parts) if parts else schema.empty_table()
         return found
 
     def add(self, batch_id: int, events: dict[str, pa.Table]) -> None:
         """The micro-batch's on-time events, once it is committed."""
         for topic in self.horizons:
             if topic in events and events[topic].num_rows:
-                self._kept[topic].append(events[topic])
+                self._kept[topic].append(_part(events[topic]))
         self._through = batch_id
 
     def moments(self, lookback: Lookback, batch_id: int, watermark: datetime | None, events: pa.Table,
@@ -98,7 +101,7 @@ class RecentEvents:
                    ) -> None:
         for topic, horizon in self.horizons.items():
             rows = self._read_back_topic(topic, batch_id, watermarks.get(topic), horizon, columns[topic].names)
-            self._kept[topic] = [] if rows is None else [rows]
+            self._kept[topic] = [] if rows is None or rows.num_rows == 0 else [_part(rows)]
         self._through = batch_id - 1
 
     def _read_back_topic(self, topic: str, batch_id: int, watermark: datetime | None, horizon: timedelta,
@@ -110,6 +113,16 @@ class RecentEvents:
             return None
         where = f"batch_id < {batch_id} AND NOT is_late AND event_time > {sql_time(watermark - horizon)}"
         return self.store.select_arrow(table, columns, where)
+
+
+def _part(events: pa.Table) -> tuple[pa.Table, datetime | None]:
+    """Kept events with their earliest event time."""
+    return events, pc.min(events["event_time"]).as_py()
+
+
+def _after(events: pa.Table, since: datetime) -> pa.Table:
+    """``events`` with an event time after ``since``."""
+    return events.filter(pc.greater(events["event_time"], pa.scalar(since, events["event_time"].type)))
 
 
 def _valued(lookback: Lookback, events: pa.Table, query: Query) -> tuple[pa.Table, pa.Array, np.ndarray, pa.Array]:

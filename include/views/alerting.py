@@ -126,13 +126,12 @@ def alerts_step(step: PassStep) -> pa.Table:
 
     new, old = step.events("orders"), step.recent("orders")
     # An old order counts only in a window that a fresh order of its user falls in too.
-    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"])))
     if new.num_rows:
         window_us = VELOCITY_WINDOW // timedelta(microseconds=1)
         first_us = pc.min(new["event_time"]).cast(pa.timestamp("us", "UTC")).cast(pa.int64()).as_py()
         first_window = pa.scalar(first_us - first_us % window_us, pa.int64()).cast(pa.timestamp("us", "UTC"))
         old = old.filter(pc.greater_equal(old["event_time"], first_window.cast(old["event_time"].type)))
-    old = old.select(new.column_names).cast(new.schema)
+    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"]))).select(new.column_names).cast(new.schema)
     orders = pa.concat_tables([table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
                                for table, fresh in ((old, False), (new, True))])
     return step.query(alerts.sql(ViewContext(step.settings, exact=False)),

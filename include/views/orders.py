@@ -172,12 +172,12 @@ def order_payments_step(step: PassStep) -> pa.Table:
     paid = pc.unique(rows.filter(pc.equal(rows["status"], "paid"))["order_id"])
     arrived = new_orders.rename_columns(known.column_names[:-1])
     arrived = arrived.append_column("paid", pc.is_in(arrived["order_id"], paid)).cast(known.schema)
-    known = known.set_column(known.schema.get_field_index("paid"), "paid",
-                             pc.or_(known["paid"], pc.is_in(known["order_id"], paid)))
-    held = pa.concat_tables([arrived, known])
     if closes_at:  # an order whose window closed as it arrived is not held
-        held = held.filter(pc.greater(held["order_time"], pa.scalar(closes_at, held["order_time"].type)))
-    open_orders.put(held)
+        arrived = arrived.filter(pc.greater(arrived["order_time"], pa.scalar(closes_at, arrived["order_time"].type)))
+    open_orders.put(arrived)
+    newly_paid = known.filter(pc.and_(pc.invert(known["paid"]), pc.is_in(known["order_id"], paid)))
+    open_orders.put(newly_paid.set_column(known.schema.get_field_index("paid"), "paid",
+                                          pa.array([True] * newly_paid.num_rows, pa.bool_())))
     seen = pa.concat_arrays([new_ids, known["order_id"].combine_chunks(), closing["order_id"].combine_chunks()])
     waiting.put(new_payments.filter(pc.invert(pc.is_in(new_payments["order_id"], seen))))
     orders_until = step.watermark("orders", after=True)
