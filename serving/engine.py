@@ -11,9 +11,10 @@ the HTTP API and the PostgreSQL wire protocol all go through :meth:`ServingEngin
 
 from __future__ import annotations
 
+import itertools
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -113,10 +114,11 @@ QUERYABLE = sorted(VIEWS_SQL)
 
 @dataclass(frozen=True)
 class _Copy:
-    """What DuckDB holds of one table: its version, the files its rows came from, its schema."""
+    """What DuckDB holds of one table: its version, the files its rows came from (each with the
+    number its rows carry in ``_file``), its schema."""
 
     version: int | None
-    files: frozenset[str]
+    files: Mapping[str, int]
     schema: pa.Schema
 
 
@@ -174,6 +176,7 @@ class ServingEngine:
         self.connection.execute("SET GLOBAL TimeZone = 'UTC'")  # global: each query's cursor is a new session
         self.connection.execute(f"CREATE SCHEMA {INTERNAL}; CREATE SCHEMA {COPIES}")
         self._lock = threading.Lock()  # one refresh at a time
+        self._file_numbers = itertools.count()
         self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         with self._transaction():
@@ -244,18 +247,25 @@ class ServingEngine:
             # Only the declared columns are served (not, e.g., the sketches a speed view merges).
             schema = pa.schema([field for field in schema if field.name in declared.names])
         table = f"{COPIES}.{relation}"
+        # Files are numbered as they are loaded: deleting a recent file's rows skips the row
+        # groups of older ones (DuckDB's min and max per row group), where a path would not.
         if held is None or schema != held.schema:  # first load, or the schema evolved
-            self.connection.register("_incoming", _rows(schema, fragments.values()))
+            numbers = {path: next(self._file_numbers) for path in fragments}
+            self.connection.register("_incoming", _rows(schema, [(numbers[path], fragment)
+                                                                 for path, fragment in fragments.items()]))
             self.connection.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _incoming")
         else:
-            removed = sorted(held.files - fragments.keys())
+            numbers = dict(held.files)
+            removed = sorted(number for path, number in held.files.items() if path not in fragments)
             if removed:
                 self.connection.execute(f"DELETE FROM {table} WHERE _file IN (SELECT unnest(?))", [removed])
-            added = [fragment for path, fragment in fragments.items() if path not in held.files]
+            added = [(numbers.setdefault(path, next(self._file_numbers)), fragment)
+                     for path, fragment in fragments.items() if path not in held.files]
             self.connection.register("_incoming", _rows(schema, added))
             self.connection.execute(f"INSERT INTO {table} SELECT * FROM _incoming")
         self.connection.unregister("_incoming")
-        return _Copy(None if snapshot is None else snapshot.version(), frozenset(fragments), schema)
+        return _Copy(None if snapshot is None else snapshot.version(), {path: numbers[path] for path in fragments},
+                     schema)
 
     def refresh(self) -> list[str]:
         """Serve the latest committed version of every table; only a table whose version changed
@@ -397,10 +407,10 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0]
 
 
-def _rows(schema: pa.Schema, fragments: Iterable[pa.dataset.Fragment]) -> pa.Table:
-    """The fragments' rows (partition columns filled in) with the file each came from."""
+def _rows(schema: pa.Schema, fragments: Iterable[tuple[int, pa.dataset.Fragment]]) -> pa.Table:
+    """The fragments' rows (partition columns filled in) with the number of the file each came from."""
     parts = []
-    for fragment in fragments:
+    for number, fragment in fragments:
         part = fragment.to_table(schema=schema)
-        parts.append(part.append_column("_file", pa.array([fragment.path] * part.num_rows, pa.string())))
-    return pa.concat_tables(parts) if parts else schema.append(pa.field("_file", pa.string())).empty_table()
+        parts.append(part.append_column("_file", pa.array([number] * part.num_rows, pa.int64())))
+    return pa.concat_tables(parts) if parts else schema.append(pa.field("_file", pa.int64())).empty_table()
