@@ -24,6 +24,8 @@ from include.lakehouse.base import sql_literal
 
 # Values per IN list in a lookup.
 IN_LIST_SLICE = 1000
+# Rows taken at least, and more than are held, before the table is rebuilt.
+REBUILD_AFTER = 100_000
 # Every HeldRows, so that its database is closed at exit, not destroyed during the interpreter's shutdown.
 _ALL: weakref.WeakSet[HeldRows] = weakref.WeakSet()
 
@@ -33,6 +35,8 @@ class HeldRows:
 
     def __init__(self, fields: str, key: str) -> None:
         self.schema, self.key = ddl.arrow_schema(fields), key
+        self.through: int | None = None  # the last micro-batch whose step changed them (PassStep.held)
+        self._taken = 0  # rows taken since the table was last rebuilt
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
         self._run("SET TimeZone = 'UTC'")
@@ -42,6 +46,18 @@ class HeldRows:
         self._run("CREATE TABLE held AS SELECT * FROM _rows")
         self._db.unregister("_rows")
         self._run(f"CREATE UNIQUE INDEX held_key ON held ({key})")
+
+    def _rebuild(self) -> None:
+        """An in-memory DuckDB keeps the rows a delete left behind (it never checkpoints); a copy
+        of the live rows, once as many were taken as are held, keeps memory to the rows held. (An
+        update leaves nothing behind: it changes no key, so it is done in place.)"""
+        self._run("BEGIN TRANSACTION")
+        self._run("CREATE TABLE fresh AS SELECT * FROM held")
+        self._run("DROP TABLE held")
+        self._run("ALTER TABLE fresh RENAME TO held")
+        self._run(f"CREATE UNIQUE INDEX held_key ON held ({self.key})")
+        self._run("COMMIT")
+        self._taken = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -73,6 +89,9 @@ class HeldRows:
         """Stop holding the rows matching SQL ``where`` (DuckDB's), and give them."""
         with self._lock:
             taken = self._db.sql(f"DELETE FROM held WHERE {where} RETURNING *").to_arrow_table()
+            self._taken += taken.num_rows
+            if self._taken > max(REBUILD_AFTER, self._run("SELECT count(*) FROM held")[0][0]):
+                self._rebuild()
         return taken.cast(self.schema)
 
     def _run(self, sql: str) -> list[tuple]:

@@ -100,7 +100,8 @@ class Moments:
 
     def window(self, entities: pa.Array, micros: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Count, sum and sum of squares of the kept values of each (entity, time) in
-        ``[time - span, time - 1]``."""
+        ``[time - span, time - 1]``: each time later than the last forgetting's plus the span
+        (forgotten events not swept yet are still in the runs)."""
         code = self._encode(entities)
         micros = np.asarray(micros, np.int64)
         count = np.zeros(len(code), np.int64)

@@ -21,6 +21,7 @@ committed is skipped, and one it has not sees the same files and computes the sa
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable
 from datetime import datetime
 
@@ -86,11 +87,13 @@ class OpenRows:
         """The files a micro-batch replaces: of the days of ``partials``, those whose key times
         overlap theirs (all without statistics). Held files are read from memory."""
         days = {None if day is None else str(day) for day in pc.unique(partials.column("date")).to_pylist()}
-        extremes = pc.min_max(partials.column(self.view.key_time))
-        low, high = extremes["min"].as_py(), extremes["max"].as_py()
+        times = sorted(pc.unique(partials.column(self.view.key_time)).drop_null().to_pylist())
 
-        def overlaps(file: TableFile) -> bool:
-            return None in (file.low, file.high, low, high) or (file.low <= high and file.high >= low)
+        def overlaps(file: TableFile) -> bool:  # one of the partials' windows lies in the file's range
+            if file.low is None or file.high is None or not times:
+                return True
+            first = bisect.bisect_left(times, file.low)
+            return first < len(times) and times[first] <= file.high
 
         return [file for file in files if file.partition.get("date") in days and overlaps(file)]
 

@@ -57,10 +57,13 @@ class RecentEvents:
         for topic, horizon in self.horizons.items():
             watermark = watermarks.get(topic)
             if watermark is not None:  # trimmed part by part: one wholly after the horizon is not copied
-                since = watermark - horizon
-                self._kept[topic] = [kept for part, earliest in self._kept[topic]
-                                     if (kept := (part, earliest) if earliest is None or earliest > since
-                                         else _part(_after(part, since)))[0].num_rows]
+                since, kept = watermark - horizon, []
+                for part, earliest in self._kept[topic]:
+                    if earliest is not None and earliest <= since:
+                        part, earliest = _part(_after(part, since))
+                    if part.num_rows:
+                        kept.append((part, earliest))
+                self._kept[topic] = kept
             schema = columns[topic]
             parts = [part if part.schema == schema else part.select(schema.names).cast(schema)
                      for part, _ in self._kept[topic]]

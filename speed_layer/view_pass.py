@@ -121,11 +121,13 @@ class Step:
         return read_silver(self.store, topic, ddl.arrow_schema(fields), f"batch_id < {before} AND ({where})")
 
     def held(self, name: str, fields: str, key: str, fill: Callable[[], pa.Table]) -> HeldRows:
-        rows = self.held_rows.get(name)  # a view's own names: only its step, on one thread, asks for them
-        if rows is None:
-            rows = HeldRows(fields, key)
+        # A view's own names: only its step, on one thread, asks for them. Held rows that a later
+        # micro-batch changed (this one run again in the process) are filled again from the lake.
+        rows, batch_id = self.held_rows.get(name), self.batch.txn.version
+        if rows is None or rows.through is None or rows.through >= batch_id:
+            rows = self.held_rows[name] = HeldRows(fields, key)
             rows.put(fill())
-            self.held_rows[name] = rows
+        rows.through = batch_id
         return rows
 
 

@@ -125,7 +125,8 @@ def alerts_step(step: PassStep) -> pa.Table:
     import pyarrow.compute as pc
 
     new, old = step.events("orders"), step.recent("orders")
-    # An old order counts only in a window that a fresh order of its user falls in too.
+    # An old order counts only in a window a fresh order of its user falls in too: of the same
+    # users, from the fresh orders' first window on.
     if new.num_rows:
         window_us = VELOCITY_WINDOW // timedelta(microseconds=1)
         first_us = pc.min(new["event_time"]).cast(pa.timestamp("us", "UTC")).cast(pa.int64()).as_py()

@@ -170,7 +170,8 @@ def order_payments_step(step: PassStep) -> pa.Table:
                        "closes_at": pa.table({"at": pa.array([closes_at], pa.timestamp("us", "UTC"))})})
 
     paid = pc.unique(rows.filter(pc.equal(rows["status"], "paid"))["order_id"])
-    arrived = new_orders.rename_columns(known.column_names[:-1])
+    arrived = new_orders.rename_columns(["order_time" if name == "event_time" else name
+                                         for name in new_orders.column_names])
     arrived = arrived.append_column("paid", pc.is_in(arrived["order_id"], paid)).cast(known.schema)
     if closes_at:  # an order whose window closed as it arrived is not held
         arrived = arrived.filter(pc.greater(arrived["order_time"], pa.scalar(closes_at, arrived["order_time"].type)))
