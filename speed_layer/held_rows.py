@@ -80,9 +80,10 @@ class HeldRows:
         if len(last) < rows.num_rows:  # one row per key: the last
             rows = rows.take(last)
         replaced = ", ".join(f"{name} = excluded.{name}" for name in self.schema.names if name != self.key)
+        on_conflict = f"DO UPDATE SET {replaced}" if replaced else "DO NOTHING"  # a key alone: held already
         with self._lock:
             self._db.register("_rows", rows)
-            self._run(f"INSERT INTO held SELECT * FROM _rows ON CONFLICT ({self.key}) DO UPDATE SET {replaced}")
+            self._run(f"INSERT INTO held SELECT * FROM _rows ON CONFLICT ({self.key}) {on_conflict}")
             self._db.unregister("_rows")
 
     def take(self, where: str) -> pa.Table:
