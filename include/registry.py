@@ -196,6 +196,9 @@ class HeldRows(Protocol):
     def take(self, where: str) -> pa.Table:
         """Stop holding the rows matching SQL ``where``, and give them."""
 
+    def take_matching(self, column: str, values: Sequence[object]) -> pa.Table:
+        """Stop holding the rows whose ``column`` is one of ``values``, and give them."""
+
 
 @dataclass(frozen=True)
 class Speed:

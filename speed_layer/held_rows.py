@@ -65,10 +65,7 @@ class HeldRows:
 
     def get(self, column: str, values: Sequence[Any]) -> pa.Table:
         """The held rows whose ``column`` is one of ``values``."""
-        values = list(values)
-        parts = [self._select(f"{column} IN ({', '.join(map(sql_literal, values[start:start + IN_LIST_SLICE]))})")
-                 for start in range(0, len(values), IN_LIST_SLICE)]
-        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+        return self._concat([self._select(where) for where in _in_lists(column, values)])
 
     def put(self, rows: pa.Table) -> None:
         """Hold ``rows``, each in place of the held row of its key."""
@@ -95,12 +92,26 @@ class HeldRows:
                 self._rebuild()
         return taken.cast(self.schema)
 
+    def take_matching(self, column: str, values: Sequence[Any]) -> pa.Table:
+        """Stop holding the rows whose ``column`` is one of ``values``, and give them."""
+        return self._concat([self.take(where) for where in _in_lists(column, values)])
+
+    def _concat(self, parts: list[pa.Table]) -> pa.Table:
+        return pa.concat_tables(parts) if parts else self.schema.empty_table()
+
     def _run(self, sql: str) -> list[tuple]:
         return self._db.execute(sql).fetchall()
 
     def _select(self, where: str) -> pa.Table:
         with self._lock:
             return self._db.sql(f"SELECT * FROM held WHERE {where}").to_arrow_table().cast(self.schema)
+
+
+def _in_lists(column: str, values: Sequence[Any]) -> list[str]:
+    """``column IN (...)`` conditions, :data:`IN_LIST_SLICE` values each, that together match ``values``."""
+    values = list(values)
+    return [f"{column} IN ({', '.join(map(sql_literal, values[start:start + IN_LIST_SLICE]))})"
+            for start in range(0, len(values), IN_LIST_SLICE)]
 
 
 @atexit.register

@@ -157,8 +157,7 @@ def order_payments_step(step: PassStep) -> pa.Table:
     orders = pa.concat_tables([new_orders, *(held.drop_columns(["paid"]).rename_columns(new_orders.column_names)
                                              .cast(new_orders.schema) for held in (known, closing))])
     new_ids = pc.unique(new_orders["order_id"])
-    payments = pa.concat_tables([new_payments, waiting.take(f"order_id IN ({_listed(new_ids)})") if len(new_ids)
-                                 else new_payments.schema.empty_table()])
+    payments = pa.concat_tables([new_payments, waiting.take_matching("order_id", new_ids.to_pylist())])
 
     # The closing time as a table, not a literal: the query's text stays the same (translated once).
     columns = ", ".join(name if name != "status" else
@@ -208,8 +207,3 @@ def earlier_waiting_payments(step: PassStep, orders_seen_to: datetime | None, op
     seen = open_orders.get("order_id", pc.unique(payments["order_id"]).to_pylist())["order_id"]
     return payments.filter(pc.invert(pc.is_in(payments["order_id"], seen.combine_chunks())))
 
-
-def _listed(values: pa.Array) -> str:
-    from include.lakehouse.base import sql_literal
-
-    return ", ".join(map(sql_literal, values.to_pylist()))

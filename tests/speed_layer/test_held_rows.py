@@ -1,5 +1,6 @@
 """Held rows: one per key (the last given wins), looked up by any column, taken out by a
-condition, and the same rows after the table is rebuilt to let go of what deletes left behind."""
+condition or by values, and the same rows after the table is rebuilt to let go of what deletes
+left behind."""
 
 from __future__ import annotations
 
@@ -40,3 +41,5 @@ def test_one_row_per_key_looked_up_taken_and_rebuilt(monkeypatch):
     held.put(orders(("o5", 5, True), ("o6", 6, False)))
     assert by_id(held.get("paid", [True])) == {"o5": (5, True)}
     assert held.get("order_id", []).num_rows == 0
+    assert by_id(held.take_matching("order_id", ["o6", "o7", "o5"])) == {"o5": (5, True), "o6": (6, False)}
+    assert len(held) == 0 and held.take_matching("order_id", []).num_rows == 0
