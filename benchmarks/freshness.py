@@ -4,7 +4,8 @@ first answer of ``lambdalake serve`` that shows its events.
     .venv/bin/python benchmarks/freshness.py [--events-per-second 10000] [--seconds 120]
         [--warmup 30] [--trigger-interval 1] [--views all revenue_by_category_5m,order_payments]
         [--cdc-per-second 0] [--view-triggers '' 'revenue_by_segment_1h=5s']
-        [--bronze-triggers '' 10s] [--client http|in-process] [--outage 0] [--outage-at SECONDS]
+        [--bronze-triggers '' 10s] [--client http|in-process] [--checks recent|whole-day]
+        [--outage 0] [--outage-at SECONDS]
 
 1. ``lambdalake stream`` runs continuously in its own process on a fresh home, with the project's
    defaults (this script sets no ``LAMBDALAKE_MAX_*``) apart from its processing-time trigger
@@ -34,7 +35,10 @@ first answer of ``lambdalake serve`` that shows its events.
    ``--client http`` sends every check of every poll to ``POST /api/query`` with the token, so
    freshness includes the server's own refresh (every 250 ms) and its answers under load.
    ``--client in-process`` keeps one serving engine in this process instead, refreshed at each
-   poll; a view is checked only when its speed table changed.
+   poll; a view is checked only when its speed table changed. ``--checks recent`` (the default)
+   asks each view for its rows from the oldest file it has not shown yet on, as a dashboard asks
+   for its last minutes; ``--checks whole-day`` asks for every row of the day at every poll, so
+   the answers' cost grows with the day.
 
 4. CPU, in cores (CPU seconds / wall seconds) per phase of the landing (after the warm-up;
    with an outage: steady, outage, after the restart): utime + stime from ``/proc/<pid>/stat`` of
@@ -104,14 +108,17 @@ MEMORY_SECONDS = 10
 STOP_SECONDS = 600
 CAUGHT_UP_FILES = 10
 MEASURED = ("order_payments", "revenue_by_category_5m", "alerts")
-# What each poll asks of a measured view; ``files_shown`` reads the answer.
+# What each poll asks of a measured view, from the oldest file it has not shown yet on
+# (``{since}``; 0 with ``--checks whole-day``); ``files_shown`` reads the answer.
+# ``revenue_by_category_5m`` is a row per window and category: asked whole.
 CHECKS = {
     "order_payments": "SELECT CAST(substr(order_id, 3, 6) AS INTEGER) AS file, count(*) AS orders "
-                      "FROM order_payments WHERE order_id LIKE 'o-%' GROUP BY 1",
+                      "FROM order_payments WHERE order_id >= 'o-{since:06d}' AND order_id LIKE 'o-%' GROUP BY 1",
     "revenue_by_category_5m": "SELECT CAST(coalesce(sum(orders), 0) AS BIGINT) AS orders FROM revenue_by_category_5m",
     "alerts": "SELECT CAST(substr(entity_id, 2) AS INTEGER) AS file FROM alerts "
-              "WHERE kind = 'high_temperature' AND entity_id LIKE 'H%'",
-    "customers": "SELECT CAST(substr(customer_id, 2) AS INTEGER) AS file FROM customers WHERE customer_id LIKE 'M%'",
+              "WHERE kind = 'high_temperature' AND entity_id >= 'H{since:06d}' AND entity_id LIKE 'H%'",
+    "customers": "SELECT CAST(substr(customer_id, 2) AS INTEGER) AS file FROM customers "
+                 "WHERE customer_id >= 'M{since:06d}' AND customer_id LIKE 'M%'",
 }
 
 
@@ -287,6 +294,13 @@ def wait_until_running(settings, stream: Service, timeout: float = 300) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"lambdalake stream did not start within {timeout:.0f} s; see {stream.log}")
         time.sleep(0.2)
+
+
+def unseen_from(seen: dict[int, float], start: int) -> int:
+    """The first file number from ``start`` on that is not in ``seen``."""
+    while start in seen:
+        start += 1
+    return start
 
 
 def files_shown(view: str, rows: list[dict], orders: dict[int, int]) -> list[int]:
@@ -554,6 +568,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
+    unseen = dict.fromkeys(seen, 0)  # per view, no file before this one is still to be shown
     marks: list[tuple[str, Mark]] = []  # each phase's name and start, then ("end", ...)
     outage: dict[str, float] = {}  # when the stream was killed, restarted, running again
     sampler = None
@@ -594,7 +609,9 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                 if landed and marks[-1][0] != "end":
                     marks.append(("end", mark(stream, server)))
                 for view in client.due(list(seen)):
-                    shown = files_shown(view, client.rows(CHECKS[view]), lander.orders)
+                    since = unseen_from(seen[view], unseen[view]) if args.checks == "recent" else 0
+                    unseen[view] = since
+                    shown = files_shown(view, client.rows(CHECKS[view].format(since=since)), lander.orders)
                     answered = time.monotonic()
                     for number in shown:
                         seen[view].setdefault(number, answered)
@@ -822,7 +839,10 @@ def report(args: argparse.Namespace, runs: list[dict]) -> str:
         "(spread evenly over the second, so a trigger's wall-clock ticks are met at every phase); events per "
         f"file at {counts} (each sensors file one reading per device of a fixed fleet, one of them overheating; "
         "payments pay the previous file's orders). Event time = now.",
-        f"- Client: {client} (`--client {args.client}`).",
+        f"- Client: {client} (`--client {args.client}`). Checks (`--checks {args.checks}`): "
+        + ("each asks for the rows from the oldest file the view has not shown yet on, as a dashboard asks for its "
+           "last minutes (`revenue_by_category_5m`, a row per window and category, whole)" if args.checks == "recent"
+           else "each asks for every row of the day") + ".",
         "- Freshness: a file's atomic rename to the first answer that shows its events; files of the first "
         f"{args.warmup} s not counted. `alerts`: the file's overheating reading to its `high_temperature` alert. "
         "`customers`: the file's new customer to its row in `customers`.",
@@ -1025,6 +1045,9 @@ def main() -> None:
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
                         help="http: `lambdalake serve` asked over HTTP (default); "
                              "in-process: a serving engine in this process")
+    parser.add_argument("--checks", choices=("recent", "whole-day"), default="recent",
+                        help="recent: each poll asks for the rows from the oldest file not shown yet on, as a "
+                             "dashboard asks for its last minutes (default); whole-day: every row of the day")
     parser.add_argument("--outage", type=int, default=0,
                         help="seconds the stream stays killed, files still landing (0: none)")
     parser.add_argument("--outage-at", type=int,
