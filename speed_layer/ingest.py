@@ -48,6 +48,7 @@ from include.views import VIEWS, speed_trigger_intervals, speed_views
 from include.views.rules import first_copies
 from speed_layer import driver_pass
 from speed_layer.dedup import SeenEvents
+from speed_layer.freed_memory import trimmer
 from speed_layer.recent import RecentEvents, horizons
 from speed_layer.sources import RAW_COLUMNS
 from speed_layer.view_pass import STATE_TOPICS, MicroBatch, ViewPass
@@ -290,6 +291,7 @@ class IngestBatch:
         self.seen = SeenEvents(store, topics, settings.dedup_window) if on_driver else None
         # One pool for every micro-batch: its writes run in parallel.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
+        self._trim = trimmer()  # what the micro-batches freed, back to the system now and then
 
     def watermarks(self, batch_id: int) -> dict[str, datetime | None]:
         """Per topic: max event time of the batches before ``batch_id``, minus the delay."""
@@ -373,6 +375,7 @@ class IngestBatch:
             if count["max_event_time"] is not None:
                 self._maxima[topic] = max(count["max_event_time"], self._maxima.get(topic, count["max_event_time"]))
         self._through = batch_id
+        self._trim()
 
     @staticmethod
     def _flagged(rows: pa.Table, values: pa.Table) -> pa.Table:
