@@ -11,11 +11,8 @@ the HTTP API and the PostgreSQL wire protocol all go through :meth:`ServingEngin
 
 from __future__ import annotations
 
-import functools
 import itertools
-import operator
 import threading
-import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,13 +22,12 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.dataset
-import pyarrow.fs
 from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
 from include.lakehouse.base import has_newer_version
+from include.lakehouse.delta_rs import read_table_file, table_files
 from include.registry import ViewSpec, combined_sql
 from include.views import VIEWS
 
@@ -241,33 +237,33 @@ class ServingEngine:
         files the snapshot removed or added move. Call inside :meth:`_transaction`."""
         declared = tables.arrow_schema(SOURCES[relation][1])
         if snapshot is None:
-            schema, files = declared, _Files()
-        else:
-            schema, files = pa.schema(snapshot.schema().to_arrow()), _Files(snapshot, self._path(relation))
+            schema, files = declared, {}
+        else:  # the files from the log's add actions; only those added since ``held`` are read
+            schema, files = pa.schema(snapshot.schema().to_arrow()), {file.path: file for file in table_files(snapshot)}
             for field in declared:  # a table an older version made lacks the newer columns: nulls
                 if field.name not in schema.names:
                     schema = schema.append(field)
             # Only the declared columns are served (not, e.g., the sketches a speed view merges).
             schema = pa.schema([field for field in schema if field.name in declared.names])
-        table = f"{COPIES}.{relation}"
+        table, root = f"{COPIES}.{relation}", self._path(relation)
         # Files are numbered as they are loaded: deleting a recent file's rows skips the row
         # groups of older ones (DuckDB's min and max per row group), where a path would not.
         if held is None or schema != held.schema:  # first load, or the schema evolved
-            numbers = {path: next(self._file_numbers) for path in files.paths}
-            self.connection.register("_incoming", _rows(schema, [(numbers[path], files.fragment(path))
-                                                                 for path in files.paths]))
+            numbers = {path: next(self._file_numbers) for path in files}
+            self.connection.register("_incoming", _rows(schema, [(numbers[path], read_table_file(root, file, schema))
+                                                                 for path, file in files.items()]))
             self.connection.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM _incoming")
         else:
             numbers = dict(held.files)
-            removed = sorted(number for path, number in held.files.items() if path not in files.paths)
+            removed = sorted(number for path, number in held.files.items() if path not in files)
             if removed:
                 self.connection.execute(f"DELETE FROM {table} WHERE _file IN (SELECT unnest(?))", [removed])
-            added = [(numbers.setdefault(path, next(self._file_numbers)), files.fragment(path))
-                     for path in files.paths if path not in held.files]
+            added = [(numbers.setdefault(path, next(self._file_numbers)), read_table_file(root, file, schema))
+                     for path, file in files.items() if path not in held.files]
             self.connection.register("_incoming", _rows(schema, added))
             self.connection.execute(f"INSERT INTO {table} SELECT * FROM _incoming")
         self.connection.unregister("_incoming")
-        return _Copy(None if snapshot is None else snapshot.version(), {path: numbers[path] for path in files.paths},
+        return _Copy(None if snapshot is None else snapshot.version(), {path: numbers[path] for path in files},
                      schema)
 
     def refresh(self) -> list[str]:
@@ -410,39 +406,7 @@ def _first_line(error: Exception) -> str:
     return str(error).splitlines()[0]
 
 
-class _Files:
-    """A snapshot's data files, from its log's add actions (delta-rs lists them in Rust); a file's
-    Arrow fragment is made only when asked for. (``DeltaTable.to_pyarrow_dataset`` makes one per
-    file in Python, ~0.8 ms each: at every refresh of a table of hundreds of files, most of
-    ``serve``'s CPU.)"""
-
-    def __init__(self, snapshot: DeltaTable | None = None, root: str = "") -> None:
-        actions = pa.table(snapshot.get_add_actions(flatten=True) if snapshot else {"path": pa.array([], pa.string())})
-        self.root = root
-        self.paths = {path: row for row, path in enumerate(actions["path"].to_pylist())}  # as the log has them
-        self._partitions = {name.removeprefix("partition."): actions[name] for name in actions.column_names
-                            if name.startswith("partition.")}
-
-    def fragment(self, path: str) -> pa.dataset.Fragment:
-        """The file at ``path`` (relative to the table, or absolute; a URI, as the log has it),
-        its partition columns set to the values its add action gives."""
-        row, located = self.paths[path], urllib.parse.urlparse(path)
-        file = urllib.parse.unquote(located.path) if located.scheme else f"{self.root}/{urllib.parse.unquote(path)}"
-        values = [pyarrow.dataset.field(name).is_null() if not column[row].is_valid
-                  else pyarrow.dataset.field(name) == column[row] for name, column in self._partitions.items()]
-        return _PARQUET.make_fragment(file, filesystem=_LOCAL, partition_expression=functools.reduce(
-            operator.and_, values, pyarrow.dataset.scalar(True)))
-
-
-_PARQUET = pyarrow.dataset.ParquetFileFormat(
-    default_fragment_scan_options=pyarrow.dataset.ParquetFragmentScanOptions(pre_buffer=True))
-_LOCAL = pyarrow.fs.LocalFileSystem()
-
-
-def _rows(schema: pa.Schema, fragments: Iterable[tuple[int, pa.dataset.Fragment]]) -> pa.Table:
-    """The fragments' rows (partition columns filled in) with the number of the file each came from."""
-    parts = []
-    for number, fragment in fragments:
-        part = fragment.to_table(schema=schema)
-        parts.append(part.append_column("_file", pa.array([number] * part.num_rows, pa.int64())))
+def _rows(schema: pa.Schema, files: Iterable[tuple[int, pa.Table]]) -> pa.Table:
+    """The files' rows with the number of the file each came from."""
+    parts = [rows.append_column("_file", pa.array([number] * rows.num_rows, pa.int64())) for number, rows in files]
     return pa.concat_tables(parts) if parts else schema.append(pa.field("_file", pa.int64())).empty_table()

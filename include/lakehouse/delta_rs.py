@@ -156,6 +156,35 @@ def _by_partition(rows: pa.Table, partition_by: list[str]) -> list[pa.Table]:
     return parts
 
 
+def table_files(table: DeltaTable, column: str | None = None) -> list[TableFile]:
+    """The files of the table's loaded version, from its log's add actions (delta-rs lists them
+    in Rust), with the min and max of ``column``."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    partitions = [name for name in actions.column_names if name.startswith("partition.")]
+
+    def listed(name: str) -> list:
+        return actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
+
+    values = {name: [None if value is None else str(value) for value in listed(name)] for name in partitions}
+    lows, highs = listed(f"min.{column}"), listed(f"max.{column}")
+    return [TableFile(path, {name.removeprefix("partition."): values[name][at] for name in partitions},
+                      lows[at], highs[at])
+            for at, path in enumerate(actions.column("path").to_pylist())]
+
+
+def read_table_file(table_path: str, file: TableFile, schema: pa.Schema) -> pa.Table:
+    """One file's rows as ``schema``: its partition columns from its log's values, a column added
+    after it was written as nulls."""
+    rows = pq.read_table(Path(table_path) / unquote(file.path))
+    for missing in [field for field in schema if field.name not in rows.column_names
+                    and field.name not in file.partition]:
+        rows = rows.append_column(missing.name, pa.nulls(rows.num_rows, missing.type))
+    for column, value in file.partition.items():
+        kind = schema.field(column).type
+        rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()).cast(kind))
+    return rows.select(schema.names).cast(schema)
+
+
 class DeltaRsStore(LakehouseStore):
     engine = "delta-rs"
     rewrites_files = True
@@ -401,19 +430,6 @@ class DeltaRsStore(LakehouseStore):
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    @staticmethod
-    def _files(table: DeltaTable, column: str) -> list[TableFile]:
-        actions = pa.table(table.get_add_actions(flatten=True))
-        partitions = [name for name in actions.column_names if name.startswith("partition.")]
-        def listed(name: str) -> list:
-            return actions.column(name).to_pylist() if name in actions.column_names else [None] * actions.num_rows
-
-        values = {name: [None if value is None else str(value) for value in listed(name)] for name in partitions}
-        lows, highs = listed(f"min.{column}"), listed(f"max.{column}")
-        return [TableFile(path, {name.removeprefix("partition."): values[name][at] for name in partitions},
-                          lows[at], highs[at])
-                for at, path in enumerate(actions.column("path").to_pylist())]
-
     @writes
     def rewrite(self, name: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
                 txn: Txn) -> list[tuple[str, pa.Table]]:
@@ -430,16 +446,7 @@ class DeltaRsStore(LakehouseStore):
         """The rows of some of a table's files (:meth:`rewrite`), partition columns included."""
         table = self._latest(self._require(name), refresh=False)
         schema = pa.schema(table.schema().to_arrow())
-        parts = []
-        for file in files:
-            rows = pq.read_table(Path(self.path(name)) / unquote(file.path))
-            for missing in [field for field in schema if field.name not in rows.column_names
-                            and field.name not in file.partition]:  # a column added after the file
-                rows = rows.append_column(missing.name, pa.nulls(rows.num_rows, missing.type))
-            for column, value in file.partition.items():
-                kind = schema.field(column).type
-                rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()).cast(kind))
-            parts.append(rows.select(schema.names).cast(schema))
+        parts = [read_table_file(self.path(name), file, schema) for file in files]
         return pa.concat_tables(parts) if parts else schema.empty_table()
 
     def _do_rewrite(self, path: str, column: str, plan: Callable[[list[TableFile]], Rewrite | None],
@@ -467,7 +474,7 @@ class DeltaRsStore(LakehouseStore):
         table, since = own if own is not None else (self._latest(path), [])
         known = self._file_lists.get((path, column))
         if known is None or known[0] != table.version():
-            known = (table.version(), self._files(table, column))
+            known = (table.version(), table_files(table, column))
             self._file_lists[(path, column)] = known
         files = {file.path: file for file in known[1]}
         kind = pa.schema(table.schema().to_arrow()).field(column).type

@@ -14,7 +14,7 @@ from pyspark.sql.types import DateType, DoubleType, LongType, StringType, Struct
 from pyspark.testing import assertDataFrameEqual
 
 from include.lakehouse import CommitConflictError, TableNotFound, Txn, open_store
-from include.lakehouse.delta_rs import DeltaRsStore
+from include.lakehouse.delta_rs import DeltaRsStore, table_files
 from include.spark import delta_spark_unavailable_reason
 
 SCHEMA = StructType(
@@ -395,7 +395,7 @@ def test_a_rewrite_replaces_files_in_one_commit_on_the_files_a_compaction_left(s
     assert sorted(store.select_arrow(name, ["id"]).column("id").to_pylist()) == [0, 1, 9]
     assert store.rewrite(name, "ts", plan, Txn("rewrites", 0)) == []  # a replay
     assert len(planned) == 1
-    (file,) = store._files(store._latest(path), "ts")
+    (file,) = table_files(store._latest(path), "ts")
     assert (file.low, file.high, dict(file.partition)) == (T0, T0, {"date": "2026-11-20"})
     assert pc.sum(store.select_arrow(name, ["amount"], "ts > CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)")
                   .column("amount")).as_py() is None

@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from include.lakehouse import Txn, open_store
+from include.lakehouse.delta_rs import table_files
 from include.registry import ViewContext, column_names
 from include.views import VIEWS_BY_NAME
 from speed_layer.recent import RecentEvents, horizons
@@ -117,7 +118,7 @@ def test_window_rows_stay_open_in_memory_a_file_per_window(spark, settings, run_
 
     def windows(store):
         """Each of the table's files as the windows it holds."""
-        files = store._files(store._latest(store.path(view.speed_table)), view.key_time)
+        files = table_files(store._latest(store.path(view.speed_table)), view.key_time)
         return sorted(sorted({row["window_start"].minute for row in store.read_files(view.speed_table, [file])
                               .to_pylist()}) for file in files)
 
