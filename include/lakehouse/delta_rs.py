@@ -179,7 +179,9 @@ def read_table_file(table_path: str, file: TableFile, schema: pa.Schema) -> pa.T
     for missing in [field for field in schema if field.name not in rows.column_names
                     and field.name not in file.partition]:
         rows = rows.append_column(missing.name, pa.nulls(rows.num_rows, missing.type))
-    for column, value in file.partition.items():
+    # Files delta-spark writes hold their partition columns too; delta-rs leaves them to the log.
+    for column, value in [(column, value) for column, value in file.partition.items()
+                          if column not in rows.column_names]:
         kind = schema.field(column).type
         rows = rows.append_column(column, pa.array([value] * rows.num_rows, pa.string()).cast(kind))
     return rows.select(schema.names).cast(schema)

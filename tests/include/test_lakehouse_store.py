@@ -8,13 +8,14 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timezone
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql.types import DateType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 from pyspark.testing import assertDataFrameEqual
 
 from include.lakehouse import CommitConflictError, TableNotFound, Txn, open_store
-from include.lakehouse.delta_rs import DeltaRsStore, table_files
+from include.lakehouse.delta_rs import DeltaRsStore, read_table_file, table_files
 from include.spark import delta_spark_unavailable_reason
 
 SCHEMA = StructType(
@@ -453,6 +454,23 @@ def test_a_table_moves_between_the_engines(spark, settings, first, second):
     assert other.read(name).count() == 4
     assert [commit.version for commit in other.history(name)] == [5, 4, 3, 2, 1, 0]
     assert DeltaTable(writer.path(name)).transaction_version("q") == 2
+
+
+def test_a_table_read_file_by_file_equals_the_table_whichever_engine_wrote_it(store, spark):
+    """What serve does: each file of the log, with its partition values (delta-spark's files hold
+    them as well) and a column added after it was written."""
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)))
+    wider = StructType([*SCHEMA.fields, StructField("note", StringType())])
+    store.ensure_table(name, wider, ["date"])
+    store.append(name, spark.createDataFrame([(3, "c", 3.0, T0, D1, "new")], wider))
+    table = DeltaTable(store.path(name))
+    schema = pa.schema(table.schema().to_arrow())
+    files = table_files(table)
+    read = pa.concat_tables([read_table_file(store.path(name), file, schema) for file in files])
+    whole = store.read(name).toArrow().select(schema.names).cast(schema)
+    assert read.sort_by("id").to_pylist() == whole.sort_by("id").to_pylist()
+    assert {file.partition["date"] for file in files} == {str(D1), str(D2)}
 
 
 def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
