@@ -20,7 +20,7 @@ from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from include.disk_space import as_no_space_left
 
@@ -405,12 +405,21 @@ class LakehouseStore(ABC):
         return self._do_read_latest(self.path(name), schema)
 
     def select_arrow(self, name: str, columns: Sequence[str], where: str | None = None) -> pa.Table:
-        """A small filtered projection as Arrow, without a Spark job (the speed layer reads its
-        own state this way). ``where`` is SQL both engines accept, e.g.
-        ``event_time >= CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)``."""
+        """A small filtered projection as Arrow, without a Spark job, whichever engine writes
+        (delta-rs' DataFusion reads it): the speed layer reads its own state this way, and the
+        nightly run's checks read the ops tables without starting a Spark application. ``where``
+        is SQL, e.g. ``event_time >= CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)``."""
+        import pyarrow as pa
+
         if not columns:
             raise ValueError("select_arrow needs at least one column")
-        return self._do_select(self._require(name), list(columns), where)
+        table = self._latest(self._require(name))
+        quoted = ", ".join(f'"{column}"' for column in columns)
+        sql = f"SELECT {quoted} FROM t" + (f" WHERE {where}" if where else "")
+        result = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql)).read_all()
+        # DataFusion answers with view types (string_view); give callers the table's own types.
+        schema = pa.schema(table.schema().to_arrow())
+        return result.cast(pa.schema([schema.field(column) for column in columns]))
 
     def partition_row_counts(self, name: str, column: str) -> dict[Any, int]:
         """Rows per value of partition ``column``, from the Delta log's file statistics (no data
@@ -523,9 +532,6 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_read_latest(self, path: str, schema: StructType) -> DataFrame: ...
-
-    @abstractmethod
-    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table: ...
 
     @abstractmethod
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]: ...

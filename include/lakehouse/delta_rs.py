@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Field, QueryBuilder, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction, Transaction
 
@@ -524,15 +524,6 @@ class DeltaRsStore(LakehouseStore):
 
         self.spark.dataSource.register(LatestDeltaSource)
         return self.spark.read.format(LatestDeltaSource.name()).schema(schema).option("path", path).load()
-
-    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
-        table = self._latest(path)
-        quoted = ", ".join(f'"{column}"' for column in columns)
-        sql = f"SELECT {quoted} FROM t" + (f" WHERE {where}" if where else "")
-        result = pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql)).read_all()
-        # DataFusion answers with view types (string_view); give callers the table's own types.
-        schema = pa.schema(table.schema().to_arrow())
-        return result.cast(pa.schema([schema.field(column) for column in columns]))
 
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
         return [

@@ -112,12 +112,6 @@ class DeltaSparkStore(LakehouseStore):
         # A Delta relation resolves the table's snapshot each time a plan runs it.
         return self.spark.read.format("delta").load(path)
 
-    def _do_select(self, path: str, columns: list[str], where: str | None) -> pa.Table:
-        df = self.spark.read.format("delta").load(path)
-        if where:
-            df = df.where(where)
-        return df.select(*columns).toArrow()
-
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
         history = self._table(path).history(limit) if limit else self._table(path).history()
         return [

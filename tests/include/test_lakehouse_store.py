@@ -473,6 +473,20 @@ def test_a_table_read_file_by_file_equals_the_table_whichever_engine_wrote_it(st
     assert {file.partition["date"] for file in files} == {str(D1), str(D2)}
 
 
+def test_select_arrow_needs_no_spark_session_whichever_engine_writes(store, spark, settings):
+    """The nightly run's checks and the speed layer's state reads start no Spark application."""
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0, D2), (3, None, None, None, D2)))
+
+    def no_session():
+        raise AssertionError("select_arrow started a Spark session")
+
+    reader = open_store(settings, spark=no_session, engine=store.engine)
+    chosen = reader.select_arrow(name, ["id", "date"], f"date = CAST('{D2.isoformat()}' AS DATE) AND name IS NOT NULL")
+    assert chosen.to_pylist() == [{"id": 2, "date": D2}]
+    assert chosen.schema.field("date").type == pa.date32()
+
+
 def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
     """What the pass's state deletes (``sql_literal``): delta-rs cannot compare a UTC timestamp
     column with ``CAST(... AS TIMESTAMP)`` in a delete; a string literal works on both engines."""
