@@ -25,7 +25,7 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	touch $(STAMP)
 
 # Spark's own resolution from Maven Central, again only when the package list changes. Offline it
-# says in one line that delta-spark and the Kafka source are off, and tries again next time.
+# says in one line that Spark cannot write the lakehouse without them, and tries again next time.
 $(SPARK_JARS)/.packages: include/spark_jars.py | $(STAMP)
 	$(BIN)/python include/spark_jars.py --into $(SPARK_JARS) --offline-ok
 

@@ -19,7 +19,7 @@ from include import tables
 from include.checkpoints import committed_batch, file_source_reads
 from include.config import Settings
 from include.doctor import ABANDONED_AFTER_SECONDS
-from include.lakehouse import all_tables, open_store
+from include.lakehouse import all_tables, open_reader, open_store
 from include.schemas import TOPIC_NAMES
 
 log = logging.getLogger(__name__)
@@ -31,9 +31,11 @@ ZORDER = {tables.silver(topic): ["event_time"] for topic in TOPIC_NAMES}
 
 
 def compact_and_vacuum(settings: Settings) -> list[dict]:
-    store = open_store(settings)
+    """Each table by the engine that writes it (the ops tables by delta-rs, the others by delta-spark)."""
+    spark_store, ops_store = open_store(settings), open_reader(settings)
     results = []
     for name in all_tables(settings.lakehouse_dir):
+        store = ops_store if name in tables.OPS_TABLES else spark_store
         metrics = store.optimize(name, zorder_by=ZORDER.get(name, ()))
         removed = store.vacuum(name, retention_hours=VACUUM_RETENTION_HOURS)
         results.append({"table": name, "files_added": metrics.get("numFilesAdded"),

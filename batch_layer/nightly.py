@@ -17,7 +17,7 @@ from include import tables
 from include.accounting import bronze_rows_accounted, ingest_totals
 from include.config import Settings
 from include.progress import Progress
-from include.lakehouse import LakehouseError, LakehouseStore, open_store
+from include.lakehouse import LakehouseError, LakehouseStore, open_reader, open_store
 from include.lineage import Lineage
 from include.registry import input_topics
 from include.schemas import TOPICS
@@ -59,7 +59,7 @@ def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None
     starting(2, "checking data quality")
     check_data_quality(settings, day, store)
     starting(3, "marking the day batch-covered")
-    mark_covered(store, day, fingerprint)
+    mark_covered(open_reader(settings), day, fingerprint)
     log.info("batch %s: covered", day)
     if steps:
         steps.update(4, "done")
@@ -84,7 +84,7 @@ def batch_needed(settings: Settings, day: str, conf: dict[str, Any] | None = Non
     runs."""
     if conf and conf.get("date"):
         return True
-    store = open_store(settings)
+    store = open_reader(settings)
     built_from = covered_days(store).get(date.fromisoformat(day))
     if built_from is not None and bronze_fingerprint(store, settings, date.fromisoformat(day)) == built_from:
         log.info("day %s is covered and its Bronze input is unchanged: nothing to do", day)
@@ -98,7 +98,7 @@ def day_is_complete(settings: Settings, day: str, now: datetime | None = None) -
     window), or the wall clock has and the stream has consumed everything landed so far."""
     now = now or datetime.now(timezone.utc)
     ready_at = complete_at(settings, date.fromisoformat(day))
-    watermark = stream_watermark(open_store(settings), settings)
+    watermark = stream_watermark(open_reader(settings), settings)
     if watermark is not None and watermark >= ready_at:
         log.info("day %s complete: watermark %s passed %s", day, watermark, ready_at)
         return True
@@ -133,7 +133,7 @@ def data_quality_lineage(day: date) -> Lineage:
 
 def check_data_quality(settings: Settings, day: date, store: LakehouseStore | None = None) -> list[str]:
     """Fail loudly unless the day's numbers add up. Returns the checks that passed."""
-    store = store or open_store(settings)
+    store = store or open_reader(settings)
     passed, failures = [], []
 
     def check(ok: bool, name: str, detail: str = "") -> None:

@@ -6,9 +6,7 @@ unconfirmed per kind; revenue_by_segment_1h: orders enriched differently; the di
 differing customers) also gets them counted and kept in their own table. A dimension is compared
 as of the day's end: the speed rows not changed since against the batch's rebuild.
 
-Every step is SQL (the metrics, :func:`include.registry.speed_rows_sql`, the differences), run
-by the engine that rebuilt the day: DuckDB on Arrow rows read by the store on the driver, or
-Spark (``LAMBDALAKE_BATCH_ENGINE``, batch_layer/recompute.py).
+Every step is Spark SQL (the metrics, :func:`include.registry.speed_rows_sql`, the differences).
 """
 
 from __future__ import annotations
@@ -20,10 +18,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from batch_layer.recompute import in_parallel, on_driver
+from batch_layer.recompute import in_parallel
 from include import ddl, tables
 from include.config import Settings
-from include.coverage import input_days
 from include.lakehouse import LakehouseStore
 from include.lakehouse.base import sql_literal
 from include.registry import ViewSpec, column_names, dimension_as_of_sql, speed_rows_sql
@@ -32,44 +29,33 @@ from include.views import VIEWS
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    Rows = DataFrame | pa.Table
-
 
 @dataclass(frozen=True)
 class Engine:
-    """Reads a view table's rows and runs SQL on them: DuckDB on the driver, or Spark."""
+    """Reads a view table's rows and runs SQL on them with Spark."""
 
     store: LakehouseStore
-    on_driver: bool
 
-    def read(self, table: str, fields: str, day: date | None) -> Rows:
+    def read(self, table: str, fields: str, day: date | None) -> DataFrame:
         """``fields`` of the table's rows of ``day`` (all rows without one; none without a table)."""
         store, columns = self.store, column_names(fields)
-        where = None if day is None else f"date = {sql_literal(day)}"
-        if self.on_driver:
-            schema = ddl.arrow_schema(fields)
-            if not store.exists(table):
-                return schema.empty_table()
-            return store.select_arrow(table, columns, where).cast(schema)
         if not store.exists(table):
             return store.spark.createDataFrame([], ddl.spark_schema(fields))
         rows = store.read(table).select(*columns)
-        return rows if where is None else rows.where(where)
+        return rows if day is None else rows.where(f"date = {sql_literal(day)}")
 
-    def run(self, sql: str, inputs: Mapping[str, Rows]) -> Rows:
-        from include.views.sql import duckdb_rows, spark_rows
+    @staticmethod
+    def run(sql: str, inputs: Mapping[str, DataFrame]) -> DataFrame:
+        from include.views.sql import spark_rows
 
-        return duckdb_rows(sql, inputs) if self.on_driver else spark_rows(sql, inputs)
+        return spark_rows(sql, inputs)
 
-    def first(self, sql: str, inputs: Mapping[str, Rows]) -> dict:
-        rows = self.run(sql, inputs)
-        return rows.to_pylist()[0] if self.on_driver else rows.first().asDict()
+    def first(self, sql: str, inputs: Mapping[str, DataFrame]) -> dict:
+        return self.run(sql, inputs).first().asDict()
 
-    def with_day(self, rows: Rows, day: date) -> Rows:
+    @staticmethod
+    def with_day(rows: DataFrame, day: date) -> DataFrame:
         """The rows with ``date`` set to ``day``."""
-        if self.on_driver:
-            return rows.set_column(rows.schema.get_field_index("date"), "date",
-                                   pa.array([day] * rows.num_rows, pa.date32()))
         from pyspark.sql import functions as F
 
         return rows.withColumn("date", F.lit(day))
@@ -78,7 +64,7 @@ class Engine:
 def reconcile_day(store: LakehouseStore, settings: Settings, day: date) -> list[dict]:
     """Compare the day's speed and batch views; write and return the reconciliation rows."""
     computed_at = datetime.now(timezone.utc)
-    engine = Engine(store, on_driver(store, settings, input_days(store, settings, day)))
+    engine = Engine(store)
     per_view = in_parallel({view.name: (_reconcile_view, engine, view, day, computed_at) for view in VIEWS})
     rows = [row for view in VIEWS for row in per_view[view.name]]
     store.ensure_table(tables.RECONCILIATION, tables.RECONCILIATION_SCHEMA, ["date"])
@@ -104,22 +90,16 @@ def _reconcile_view(engine: Engine, view: ViewSpec, day: date, computed_at: date
             for metric in view.metrics]
     if view.differences:
         differences = view.differences
-        differing = engine.run(differences.rows(view), {"speed": speed, "batch": batch})
-        if engine.on_driver:
-            differing = differing.select(column_names(view.differences_fields)).cast(
-                ddl.arrow_schema(view.differences_fields))
-        else:
-            differing = differing.cache()
+        differing = engine.run(differences.rows(view), {"speed": speed, "batch": batch}).cache()
         engine.store.ensure_table(differences.table, view.differences_schema, ["date"])
         engine.store.replace_partition(differences.table, differing, {"date": day})
         counted = _measure(engine, differences.metrics, differing)
         rows += [_row(view.name, day, metric, 0.0, counted[metric], computed_at) for metric in differences.metrics]
-        if not engine.on_driver:
-            differing.unpersist()
+        differing.unpersist()
     return rows
 
 
-def _measure(engine: Engine, metrics: Mapping[str, str], rows: Rows) -> dict[str, float]:
+def _measure(engine: Engine, metrics: Mapping[str, str], rows: DataFrame) -> dict[str, float]:
     measured = engine.first(f"SELECT {', '.join(f'{sql} AS {name}' for name, sql in metrics.items())} FROM {{rows}}",
                             {"rows": rows})
     return {name: float(measured[name] or 0) for name in metrics}

@@ -541,8 +541,8 @@ def free_port() -> int:
 
 def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bronze: str, design: str) -> dict:
     """One live stream at ``rate`` events/s (``views``: `all` or ``stream --views``; ``triggers``: ``stream
-    --view-triggers``; ``bronze``: ``stream --bronze-trigger``; ``design``: ``one-pass`` or
-    ``one-pass-duckdb``, ``LAMBDALAKE_PASS_ENGINE``) on a fresh home while files land,
+    --view-triggers``; ``bronze``: ``stream --bronze-trigger``; ``design``: ``stream``, the
+    project's stream, or ``floor``) on a fresh home while files land,
     watched by the ``--client``; with ``--outage``, killed and restarted on the way."""
     from include.config import load_settings
 
@@ -555,8 +555,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
     stream = Service("stream", [LAMBDALAKE, "stream"] + ([] if views == "all" else ["--views", views]),
                      {**env, "LAMBDALAKE_TRIGGER_INTERVAL": f"{args.trigger_interval}s",
                       "LAMBDALAKE_VIEW_TRIGGERS": triggers,
-                      "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze,
-                      "LAMBDALAKE_PASS_ENGINE": "duckdb" if design == "one-pass-duckdb" else "spark"}, settings.run_dir)
+                      "LAMBDALAKE_BRONZE_TRIGGER_INTERVAL": bronze}, settings.run_dir)
     server = client = None
     if args.client == "http":
         port, token = free_port(), secrets.token_urlsafe(32)
@@ -564,7 +563,7 @@ def measure(args: argparse.Namespace, rate: int, views: str, triggers: str, bron
                          {**env, "LAMBDALAKE_SERVE_TOKEN": token}, settings.run_dir)
         client = HttpClient(port, token)
     services = [service for service in (stream, server) if service]
-    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze, design)
+    intervals = trigger_intervals(home, args.trigger_interval, views, triggers, bronze)
     lander = Lander(settings.landing_dir, rate, args.seconds, args.cdc_per_second)
     measured = [*MEASURED, *(["customers"] if args.cdc_per_second else [])]
     seen: dict[str, dict[int, float]] = {view: {} for view in measured if views == "all" or view in views.split(",")}
@@ -701,16 +700,14 @@ def measure_floor(args: argparse.Namespace, rate: int, home: Path, settings, env
             "memory": sampler.samples if sampler else [], "state_series": {}, "interrupted": None, "died": None}
 
 
-def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str,
-                      design: str) -> dict[str, float]:
+def trigger_intervals(home: Path, trigger: float, views: str, triggers: str, bronze: str) -> dict[str, float]:
     """The micro-batch interval of each of the stream's queries, in seconds, as the stream
     started with these options takes them."""
     from include.config import load_settings
     from speed_layer.runner import query_trigger_intervals
 
     settings = load_settings(home=home, trigger_interval=f"{trigger}s", view_triggers=triggers,
-                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views,
-                             pass_engine="duckdb" if design == "one-pass-duckdb" else "spark")
+                             bronze_trigger_interval=bronze or None, speed_views="" if views == "all" else views)
     return {query: interval.total_seconds() for query, interval in query_trigger_intervals(settings).items()}
 
 
@@ -1036,12 +1033,9 @@ def main() -> None:
     parser.add_argument("--bronze-triggers", nargs="+", default=[""],
                         help="`stream --bronze-trigger` settings (a duration; '' for --trigger-interval): "
                              "one run per setting too")
-    parser.add_argument("--designs", nargs="+", choices=("one-pass", "one-pass-duckdb", "floor"),
-                        default=["one-pass-duckdb"],
-                        help="the pass on Spark or on the driver (LAMBDALAKE_PASS_ENGINE spark / duckdb; the "
-                             "driver is the project's default), or "
-                             "`floor`: Spark's floor (spark_floor.py --continuous, landed text to Parquet): "
-                             "one run per design too")
+    parser.add_argument("--designs", nargs="+", choices=("stream", "floor"), default=["stream", "floor"],
+                        help="`stream`: `lambdalake stream`; `floor`: Spark's floor (spark_floor.py --continuous, "
+                             "landed text to Parquet) in the same run: one run per design")
     parser.add_argument("--client", choices=("http", "in-process"), default="http",
                         help="http: `lambdalake serve` asked over HTTP (default); "
                              "in-process: a serving engine in this process")

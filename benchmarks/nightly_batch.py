@@ -1,7 +1,6 @@
 """The nightly batch on a big day: ``lambdalake batch --date`` over a day of ``--events`` events.
 
-    .venv/bin/python benchmarks/nightly_batch.py [--events 10000000] [--date 2026-11-21] [--engines E ...]
-                                                 [--batch-engines B ...]
+    .venv/bin/python benchmarks/nightly_batch.py [--events 10000000] [--date 2026-11-21]
 
 1. Spark writes the day straight into Bronze (the master dataset, as the stream would have left
    it: raw JSON lines with their ingestion metadata), in the generator's mix: clicks 70%, sensors
@@ -10,11 +9,8 @@
    then one segment change each). Writing Bronze this way skips the speed layer, which would need far longer than
    the batch for 10M events on 2 cores (see speed_layer.md); the speed tables stay empty, so
    reconciliation reports every batch row as a difference.
-2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it,
-   once per lakehouse engine (``--engines``; each on its own copy of Bronze, which delta-rs wrote:
-   the other engine reads it as it is) and batch engine (``--batch-engines``:
-   ``LAMBDALAKE_BATCH_ENGINE``, DuckDB on the driver or Spark); then checks the batch views' totals
-   against the generated counts.
+2. Runs ``lambdalake batch --date`` in its own process (JVM start-up included) and times it;
+   then checks the batch views' totals against the generated counts.
 
 Writes a Markdown report to ``benchmarks/results/nightly_batch.md``.
 """
@@ -121,8 +117,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--date", type=date.fromisoformat, default=date(2026, 11, 21))
-    parser.add_argument("--engines", nargs="+", choices=["delta-rs", "delta-spark"], default=["delta-rs"])
-    parser.add_argument("--batch-engines", nargs="+", choices=["auto", "duckdb", "spark"], default=["auto"])
     args = parser.parse_args()
 
     from include import tables
@@ -133,7 +127,7 @@ def main() -> None:
     from speed_layer.ingest import IngestBatch
 
     home = Path(tempfile.mkdtemp(prefix="lambdalake-nightly-"))
-    settings = load_settings(home=home, lakehouse_engine="delta-rs")
+    settings = load_settings(home=home)
     spark = get_spark(settings, app_name="nightly-benchmark")
     store = open_store(settings, spark)
     written = time.monotonic()
@@ -153,10 +147,10 @@ def main() -> None:
     spark.stop()
 
     runs = {}
-    for engine, batch_engine in [(e, b) for e in args.engines for b in args.batch_engines]:
-        engine_home = home.with_name(f"{home.name}-{engine}-{batch_engine}")
+    for engine in ["Spark, delta-spark"]:
+        engine_home = home.with_name(f"{home.name}-batch")
         shutil.copytree(home, engine_home)
-        env = {**os.environ, "LAMBDALAKE_LAKEHOUSE_ENGINE": engine, "LAMBDALAKE_BATCH_ENGINE": batch_engine}
+        env = dict(os.environ)
         started = time.monotonic()
         run = subprocess.run(
             [LAMBDALAKE, "batch", "--home", str(engine_home), "--date", args.date.isoformat(), "--format", "json"],
@@ -174,7 +168,7 @@ def main() -> None:
              "(SELECT count(*) FROM customers) AS customers, "
              f"(SELECT sum(orders) FROM revenue_by_segment_1h WHERE segment IN {SEGMENTS}) AS enriched"],
             capture_output=True, text=True, check=True, env=env)
-        runs[f"{engine}, batch engine {batch_engine}"] = (seconds, __import__("json").loads(check.stdout)[0])
+        runs[engine] = (seconds, __import__("json").loads(check.stdout)[0])
         shutil.rmtree(engine_home, ignore_errors=True)
     served = next(iter(runs.values()))[1]
     events_of_day = sum(counts.values())
@@ -186,7 +180,7 @@ def main() -> None:
         f"duplicate lines, {lines:,} lines in all, written by Spark straight into Bronze in {written:.0f} s.", "",
         f"`lambdalake batch --date {args.date}`, in its own process: JVM start-up, recompute of every view, "
         "reconciliation, data quality, coverage.", "",
-        "| lakehouse engine, batch engine | seconds | events/s |",
+        "| engine | seconds | events/s |",
         "|---|---:|---:|",
         *[f"| {engine} | {seconds:.1f} | {events_of_day / seconds:,.0f} |" for engine, (seconds, _) in runs.items()],
         "",

@@ -2,13 +2,12 @@
 
     .venv/bin/python benchmarks/speed_layer_throughput.py [--orders-per-hour 2000] [--hours 24] [--file-minutes 60]
         [--max-files-per-trigger 1 20] [--views all revenue_by_category_5m,order_payments]
-        [--approx-distinct-rsd 0.01 0.02] [--pass-engines spark duckdb]
+        [--approx-distinct-rsd 0.01 0.02]
 
 1. ``lambdalake generate`` lands N events (no corrupt lines, so pyarrow can read every file).
 2. ``lambdalake stream --available-now`` is timed to completion (wall clock, a fresh process:
    Spark start-up included) once per ``--max-files-per-trigger`` value and ``--views`` set (all
-   views, or only those named: ``stream --views``), ``--approx-distinct-rsd`` value (else the
-   platform's default) and ``--pass-engines`` value (``LAMBDALAKE_PASS_ENGINE``; else the
+   views, or only those named: ``stream --views``) and ``--approx-distinct-rsd`` value (else the
    platform's default), each on its own copy of the files;
    events/s = landed lines / seconds. The processing time (first
    micro-batch start to last end, from Spark's progress) is reported beside it.
@@ -17,8 +16,7 @@
    Structured Streaming query reads the same files as text and writes Parquet, five files (one
    per topic's) per micro-batch per ``--max-files-per-trigger``: what any speed layer on Spark
    does at least.
-Where the stream's time went comes from ``stream_metrics`` (durationMs per micro-batch: Spark's, or the
-driver's landing ingest's, which reports the same phases).
+Where the stream's time went comes from ``stream_metrics`` (Spark's durationMs per micro-batch).
 Writes a Markdown report to ``benchmarks/results/speed_layer.md``.
 """
 
@@ -92,25 +90,21 @@ def stream_breakdown(home: Path) -> dict[str, float]:
     return {**{f"{q}.batches": n for q, n in batches.items()}, **dict(totals)}
 
 
-def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str, rsd: float | None,
-               engine: str | None) -> dict:
+def stream_run(landing: Path, home: Path, max_files_per_trigger: int, views: str, rsd: float | None) -> dict:
     """``lambdalake stream --available-now`` on a copy of the landing zone, in a fresh home."""
     shutil.copytree(landing, home / "landing")  # copy2 keeps the mtimes, so the arrival order
     env = {**os.environ, "LAMBDALAKE_HOME": str(home)}
     if rsd is not None:
         env["LAMBDALAKE_APPROX_DISTINCT_RSD"] = str(rsd)
-    if engine is not None:
-        env["LAMBDALAKE_PASS_ENGINE"] = engine
     command = [LAMBDALAKE, "stream", "--available-now", "--max-files-per-trigger", str(max_files_per_trigger)]
     seconds = run(command + ([] if views == "all" else ["--views", views]), env)
-    return {"files": max_files_per_trigger, "views": views, "rsd": rsd, "engine": engine, "seconds": seconds,
+    return {"files": max_files_per_trigger, "views": views, "rsd": rsd, "seconds": seconds,
             "processing": processing_seconds(home), "breakdown": stream_breakdown(home)}
 
 
-def label(views: str, rsd: float | None = None, engine: str | None = None) -> str:
+def label(views: str, rsd: float | None = None) -> str:
     named = "all views" if views == "all" else "views " + ", ".join(f"`{name}`" for name in views.split(","))
-    named += "" if rsd is None else f", distinct counts at {rsd:g} rsd"
-    return named + ("" if engine is None else f", the pass on {'the driver' if engine == 'duckdb' else 'Spark'}")
+    return named + ("" if rsd is None else f", distinct counts at {rsd:g} rsd")
 
 
 def main() -> int:
@@ -125,8 +119,6 @@ def main() -> int:
     parser.add_argument("--approx-distinct-rsd", type=float, nargs="+", default=[None],
                         help="distinct-count precisions, relative standard deviation of the HLL sketches "
                         "(LAMBDALAKE_APPROX_DISTINCT_RSD): one stream run per value too")
-    parser.add_argument("--pass-engines", nargs="+", choices=("spark", "duckdb"), default=[None],
-                        help="LAMBDALAKE_PASS_ENGINE of the runs (default: the platform's)")
     parser.add_argument("--report", type=Path, default=ROOT / "benchmarks" / "results" / "speed_layer.md")
     args = parser.parse_args()
 
@@ -143,9 +135,9 @@ def main() -> int:
 
         native_seconds = native_ceiling(home / "landing", Path(scratch) / "native")
         floors = [spark_floor(home / "landing", Path(scratch) / f"floor-{n}", n) for n in args.max_files_per_trigger]
-        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}-{rsd}-{engine}", n, views, rsd, engine)
+        runs = [stream_run(home / "landing", Path(scratch) / f"run-{n}-{number}-{rsd}", n, views, rsd)
                 for n in args.max_files_per_trigger for number, views in enumerate(args.views)
-                for rsd in args.approx_distinct_rsd for engine in args.pass_engines]
+                for rsd in args.approx_distinct_rsd]
 
     native_rate = lines / native_seconds
     report = [
@@ -169,7 +161,7 @@ def main() -> int:
 
     for result in runs:
         report += timed_rows(f"`stream --available-now`, {result['files']} file(s) per topic per micro-batch, "
-                             f"{label(result['views'], result['rsd'], result['engine'])} (JVM and Spark start-up "
+                             f"{label(result['views'], result['rsd'])} (JVM and Spark start-up "
                              "included)", result)
     for floor in floors:
         report += timed_rows(f"Spark's floor: one streaming query, text read + Parquet write, {floor['files']} file(s) "
@@ -181,7 +173,7 @@ def main() -> int:
         "micro-batch start to last end, so both once running):",
         "",
         *[f"- {result['files']} file(s) per topic per micro-batch, "
-          f"{label(result['views'], result['rsd'], result['engine'])}: "
+          f"{label(result['views'], result['rsd'])}: "
           f"{floor['processing'] / result['processing']:.2f}x"
           for result in runs for floor in floors if floor["files"] == result["files"]],
         "",
@@ -198,7 +190,7 @@ def main() -> int:
             batches = breakdown.get(f"{query}.batches", 0)
             added = breakdown.get(f"{query}.addBatch", 0.0)
             report.append(
-                f"| {result['files']} | {label(result['views'], result['rsd'], result['engine'])} | {query} "
+                f"| {result['files']} | {label(result['views'], result['rsd'])} | {query} "
                 f"| {batches:.0f} "
                 f"| {added:.1f} | {added / max(batches, 1):.2f} "
                 f"| {breakdown.get(f'{query}.triggerExecution', 0.0):.1f} |"

@@ -117,10 +117,10 @@ with DAG(
 
         from include.coverage import bronze_fingerprint
         from include.config import load_settings
-        from include.lakehouse import open_store
+        from include.lakehouse import open_reader
 
         settings = load_settings()
-        return bronze_fingerprint(open_store(settings), settings, date.fromisoformat(day))
+        return bronze_fingerprint(open_reader(settings), settings, date.fromisoformat(day))
 
     @task
     def data_quality(day: str, **context) -> list[str]:
@@ -141,11 +141,11 @@ with DAG(
         from include import tables
         from include.coverage import mark_covered
         from include.config import load_settings
-        from include.lakehouse import open_store
+        from include.lakehouse import open_reader
         from include.lineage import Lineage, report
 
         settings = load_settings()
-        mark_covered(open_store(settings), date.fromisoformat(day), fingerprint)
+        mark_covered(open_reader(settings), date.fromisoformat(day), fingerprint)
         report(settings, Lineage(writes={tables.BATCH_COVERAGE: []}), context["task"])
         return day
 
@@ -153,10 +153,10 @@ with DAG(
     def stale_days() -> list[list[str]]:
         from include.coverage import stale_days
         from include.config import load_settings
-        from include.lakehouse import open_store
+        from include.lakehouse import open_reader
 
         settings = load_settings()
-        return [["batch", "--date", day.isoformat()] for day in stale_days(open_store(settings), settings)]
+        return [["batch", "--date", day.isoformat()] for day in stale_days(open_reader(settings), settings)]
 
     day = day_to_process()
     fingerprint = bronze_fingerprint(day)

@@ -75,7 +75,6 @@ class Settings(BaseSettings):
     home: Path = Field(default=Path.home() / ".lambdalake", description="root of all data")
     watermark_delay: timedelta = Field(default=timedelta(minutes=10))
     join_window: timedelta = Field(default=timedelta(hours=1))
-    lakehouse_engine: Literal["auto", "delta-rs", "delta-spark"] = "auto"
     spark_master: str = "local[*]"
     spark_ui: bool = False
     spark_driver_memory: str = "4g"
@@ -108,15 +107,6 @@ class Settings(BaseSettings):
     landing_max_file_age: timedelta = Field(default=timedelta(days=3650))
     # Comma-separated; the views left out are served from the batch layer alone (docs/speed-layer.md).
     speed_views: str = Field(default="", description="views the speed layer maintains (empty: all)")
-    # Who runs ingest's writes and the pass's views: "duckdb" on the driver (Arrow, DuckDB,
-    # delta-rs: speed_layer/driver_pass.py) or "spark" as Spark jobs. "auto": the driver on a
-    # local master, Spark on a cluster; a home keeps the engine its stream began with.
-    pass_engine: Literal["auto", "spark", "duckdb"] = "auto"
-    # Who runs the nightly batch's views: "duckdb" on the driver, over the day's events that Spark
-    # parsed, or "spark". "auto": the driver on a local master for a day of at most a few million
-    # Bronze rows (batch_layer/recompute.py); the demo uses it. Spark by default until a full
-    # disk during a DuckDB batch is sure to fail in one line (it once exited without one).
-    batch_engine: Literal["auto", "spark", "duckdb"] = "spark"
     # How often the stream compacts the small files of the tables it appends to (0: never; the
     # daily maintenance does all tables): speed_layer/compaction.py.
     stream_compaction_interval: timedelta = Field(default=timedelta(minutes=10), ge=timedelta(0))
@@ -246,14 +236,6 @@ class Settings(BaseSettings):
         if home.exists() and not home.is_dir():
             raise ValueError(f"home must be a directory, got file '{home}'")
         return home
-
-    @property
-    def pass_on_driver(self) -> bool:
-        """The pass engine is DuckDB on the driver (``auto``: on a local master, where a Spark
-        job's fixed cost is most of a micro-batch's work; on a cluster the executors hold it)."""
-        if self.pass_engine == "auto":
-            return self.spark_master.startswith("local")
-        return self.pass_engine == "duckdb"
 
     @property
     def landing_dir(self) -> Path:

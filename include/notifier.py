@@ -55,10 +55,10 @@ def _row(source: str, severity: str, message: str, details: dict[str, Any], leve
 def _record(settings: Settings, rows: list[dict[str, Any]], txn: Any = None) -> None:
     import pyarrow as pa
 
-    from include.lakehouse import open_store
+    from include.lakehouse import open_reader
     from include.tables import ALERTS, ALERTS_FIELDS, ALERTS_SCHEMA, arrow_schema
 
-    store = open_store(settings)
+    store = open_reader(settings)
     store.ensure_table(ALERTS, ALERTS_SCHEMA)
     store.append(ALERTS, pa.Table.from_pylist(rows, schema=arrow_schema(ALERTS_FIELDS)), txn)
 

@@ -248,7 +248,7 @@ def parse_topic(raw: DataFrame, topic: str, max_line_bytes: int = DEFAULT_MAX_LI
 @lru_cache(maxsize=64)
 def _parse_steps(topic: str, max_line_bytes: int, application: str) -> list[dict[str, Column]]:
     """:func:`parse_topic`'s columns, step by step, built once per Spark application: each is a
-    call into the JVM, and the driver parses a few lines each micro-batch (speed_layer/ingest.py)."""
+    call into the JVM, made again for every micro-batch's plan otherwise)."""
     text = F.col("value").cast("string")
     usable = (F.length("value") <= max_line_bytes) & F.expr("is_valid_utf8(cast(value AS STRING))")
     schema = TOPICS[topic].schema

@@ -1,10 +1,10 @@
 """The view registry's vocabulary: what a Gold view declares so every layer can run it.
 
-A view is one definition (Spark SQL over ``{topic}`` placeholders, which Spark and DuckDB both
-run, or DataFrames -> DataFrame) with its :class:`ViewSpec` declared on it
-(:func:`view`), in its family's module of :mod:`include.views`. The speed layer,
-batch recompute, reconciliation, coverage, nightly data quality, serving, ``status`` and the
-nightly DAG's assets loop over :data:`include.views.VIEWS`; none of them names a view.
+A view is one definition (Spark SQL over ``{topic}`` placeholders, or DataFrames -> DataFrame)
+with its :class:`ViewSpec` declared on it (:func:`view`), in its family's module of
+:mod:`include.views`. The speed layer, batch recompute, reconciliation, coverage, nightly data
+quality, serving, ``status`` and the nightly DAG's assets loop over :data:`include.views.VIEWS`;
+none of them names a view.
 
 DAG files import the registry while Airflow parses them, so nothing here imports pyspark until a
 schema is asked for: columns are declared as ``"name type, …"`` and metrics as SQL.
@@ -127,7 +127,7 @@ class Lookback:
 
     @property
     def window(self) -> str:
-        """The window the batch computes the statistics over (Spark SQL; DuckDB reads it too)."""
+        """The window the batch computes the statistics over (Spark SQL)."""
         return (f"PARTITION BY {self.entity} ORDER BY unix_micros(event_time) "
                 f"RANGE BETWEEN {self.span // timedelta(microseconds=1)} PRECEDING AND 1 PRECEDING")
 
@@ -169,8 +169,7 @@ class PassStep(Protocol):
         """Arrow rows as a Spark DataFrame of ``fields``."""
 
     def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-        """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by the pass's engine
-        (Spark, or DuckDB on the driver: :mod:`include.views.sql`)."""
+        """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by Spark."""
 
     def earlier(self, topic: str, fields: str, where: str) -> pa.Table:
         """``fields`` of the topic's events of earlier micro-batches (as :meth:`events` gave
@@ -292,8 +291,8 @@ class ViewSpec:
         return rows
 
     def sql(self, context: ViewContext) -> str | None:
-        """The definition as Spark SQL over ``{topic}`` placeholders, if it is given so (DuckDB
-        runs it on a micro-batch, :mod:`include.views.sql`), else None."""
+        """The definition as Spark SQL over ``{topic}`` placeholders, if it is given so (a pass
+        step runs it on the rows it gathers), else None."""
         text = self.define({}, context) if self.declared_in_sql else None
         return text if isinstance(text, str) else None
 

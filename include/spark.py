@@ -1,4 +1,4 @@
-"""The one place that builds the SparkSession, and the choice of lakehouse engine."""
+"""The one place that builds the SparkSession (with delta-spark, which writes every table Spark writes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from include.config import Settings
+from include.config import ConfigError, Settings
 from include.spark_jars import cached_jars
 
 if TYPE_CHECKING:
@@ -82,17 +82,6 @@ def delta_spark_unavailable_reason(settings: Settings) -> str | None:
     if jar_with_class(settings, DELTA_TABLE_CLASS, "*delta-spark*.jar") is not None:
         return None
     return missing_package_reason(settings, "Delta Lake (delta-spark)")
-
-
-def resolve_engine(settings: Settings) -> str:
-    """The lakehouse engine in use. ``auto``: delta-rs on a local master (one JVM: the embedded
-    engine commits faster, docs/configuration.md), delta-spark on a cluster when its classes load
-    (executors write the files; nothing crosses the driver)."""
-    if settings.lakehouse_engine != "auto":
-        return settings.lakehouse_engine
-    if LOCAL_MASTER.fullmatch(settings.spark_master):
-        return "delta-rs"
-    return "delta-spark" if delta_spark_unavailable_reason(settings) is None else "delta-rs"
 
 
 def memory_page_size(heap: str) -> str:
@@ -186,22 +175,21 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         builder = builder.config("spark.jars", ",".join(jars))
     if settings.spark_jars_packages:
         builder = builder.config("spark.jars.packages", settings.spark_jars_packages)
-    if resolve_engine(settings) == "delta-spark":
-        builder = (
-            builder.config("spark.sql.extensions", DELTA_EXTENSION)
-            .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-            # Keep tables readable by delta-rs and older readers.
-            .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
-            # Delta rebuilds a table's snapshot from its log in 50 tasks by default, made for logs
-            # of millions of files: ours are small, and every commit and read rebuilds one.
-            .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
-            # VACUUM lists a table's files in 10,000 tasks by default: 73 s for a table of nine
-            # files on 2 cores, 19 s in as many tasks as shuffle partitions.
-            .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(settings.shuffle_partitions))
-            # Table properties only delta-rs acts on (delta.targetFileSize on the merged speed tables)
-            # are kept in the log instead of refused.
-            .config("spark.databricks.delta.allowArbitraryProperties.enabled", "true")
-        )
+    unavailable = delta_spark_unavailable_reason(settings)
+    if unavailable:  # every table Spark writes is written with delta-spark
+        raise ConfigError(f"Spark cannot write the lakehouse: {unavailable}")
+    builder = (
+        builder.config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        # Keep tables readable by delta-rs and older readers.
+        .config("spark.databricks.delta.properties.defaults.enableDeletionVectors", "false")
+        # Delta rebuilds a table's snapshot from its log in 50 tasks by default, made for logs
+        # of millions of files: ours are small, and every commit and read rebuilds one.
+        .config("spark.databricks.delta.snapshotPartitions", str(settings.shuffle_partitions))
+        # VACUUM lists a table's files in 10,000 tasks by default: 73 s for a table of nine
+        # files on 2 cores, 19 s in as many tasks as shuffle partitions.
+        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(settings.shuffle_partitions))
+    )
     # Only a JVM this process starts can be quieted; under spark-submit its output is the job log.
     quiet = settings.log_level in ("WARNING", "ERROR") and "PYSPARK_GATEWAY_PORT" not in os.environ
     with _stderr_to(settings.run_dir / "spark.log") if quiet else nullcontext():

@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     reason = maven_unreachable_reason(SPARK_PACKAGES[0])
     if reason is not None:
         if args.offline_ok:
-            print(f"Spark packages: delta-spark and the Kafka source are off: {reason}; the embedded delta-rs "
-                  f"engine and the landing source run; `make install` fetches them once Maven Central is reachable")
+            print(f"Spark packages: not fetched, so Spark cannot write the lakehouse (delta-spark) nor read "
+                  f"Kafka: {reason}; `make install` fetches them once Maven Central is reachable")
             return 0
         print(f"Spark packages: {reason}", file=sys.stderr)
         return 1

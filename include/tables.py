@@ -35,11 +35,6 @@ def silver(topic: str) -> str:
     return f"silver/{topic}"
 
 
-# Tables that take a merge every micro-batch (the speed views). A merge rewrites each file that
-# holds a matched row, with all its other rows; at Delta's default 100 MB per file that is soon
-# the whole table, every micro-batch. 1 MB files keep a rewrite to the few newest files
-# (benchmarks/DECISIONS.md).
-MERGED_TABLE_PROPERTIES = {"delta.targetFileSize": str(1024 * 1024)}
 # Tables the stream commits to every micro-batch (86,400 commits a day at one a second). Each
 # commit lists the table's whole log folder, so with Delta's default 30 days of log a commit
 # slows as the day goes on (benchmarks/DECISIONS.md); these keep 10 minutes of log instead
@@ -50,7 +45,6 @@ MERGED_TABLE_PROPERTIES = {"delta.targetFileSize": str(1024 * 1024)}
 STREAM_LOG_RETENTION = "10 minutes"
 STREAM_TABLE_PROPERTIES = {"delta.logRetentionDuration": f"interval {STREAM_LOG_RETENTION}",
                            "delta.deletedFileRetentionDuration": f"interval {STREAM_LOG_RETENTION}"}
-SPEED_TABLE_PROPERTIES = {**MERGED_TABLE_PROPERTIES, **STREAM_TABLE_PROPERTIES}
 DLQ = "dlq"
 LATE_EVENTS = "late_events"
 INGEST_BATCHES = "ops/ingest_batches"
@@ -137,5 +131,10 @@ SUPERVISOR_EVENTS = "ops/supervisor_events"
 SUPERVISOR_EVENTS_FIELDS = (
     "at timestamp, state string, decision string, reason string, pid bigint, restarts_last_hour int"
 )
+
+# The ops tables delta-rs writes, from processes with or without a JVM (the notifier, the
+# supervisor, the stream's metrics listener, the coverage the batch and the DAG publish); no
+# Spark job writes them, so each table has one writing engine.
+OPS_TABLES = frozenset({ALERTS, SUPERVISOR_EVENTS, STREAM_METRICS, BATCH_COVERAGE})
 
 __getattr__ = ddl.spark_schemas(globals(), __name__)  # BRONZE_SCHEMA, DLQ_SCHEMA, …: built on first use

@@ -91,7 +91,6 @@ def lambdalake_env(settings: Settings, ports: Ports) -> dict[str, str]:
         "LAMBDALAKE_SPARK_MASTER": ports.master_url,
         "LAMBDALAKE_SPARK_DRIVER_MEMORY": settings.spark_driver_memory,
         "LAMBDALAKE_SHUFFLE_PARTITIONS": str(settings.shuffle_partitions),
-        "LAMBDALAKE_LAKEHOUSE_ENGINE": "delta-spark",
         "LAMBDALAKE_EVENT_SOURCE": "kafka",
         "LAMBDALAKE_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports.kafka}",
         "LAMBDALAKE_KAFKA_PARTITIONS": str(settings.kafka_partitions),
@@ -273,7 +272,6 @@ def cluster_up(settings: Settings, ports: Ports = Ports(), generator_args: list[
     _spawn(settings, "generator", [str(BIN / "lambdalake"), "generate", "--home", str(settings.home),
                                    "--sink", "kafka", *generator], base_env(settings, ports))
     # The serving API reads the same tables with delta-rs, without a Spark session (as compose's).
-    serve_env = {**base_env(settings, ports), "LAMBDALAKE_LAKEHOUSE_ENGINE": "delta-rs"}
-    start_serve(settings, ports.serve, pg_port=ports.pg_serve, env=serve_env)
+    start_serve(settings, ports.serve, pg_port=ports.pg_serve, env=base_env(settings, ports))
     return url
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, time as clock, timedelta, timezone
@@ -45,10 +44,7 @@ def run_demo(settings: Settings, day: date | None = None, orders_per_hour: float
     from speed_layer.runner import run_stream
 
     logging.getLogger().setLevel(logging.WARNING)  # the narrative, not per-batch logs
-    # A demo day is small: its batch runs on the driver (LAMBDALAKE_BATCH_ENGINE, if not set).
-    batch_engine = settings.batch_engine if "LAMBDALAKE_BATCH_ENGINE" in os.environ else "auto"
-    settings = settings.model_copy(update={"max_files_per_trigger": FILES_PER_MICRO_BATCH,
-                                           "batch_engine": batch_engine})
+    settings = settings.model_copy(update={"max_files_per_trigger": FILES_PER_MICRO_BATCH})
     day = day or datetime.now(timezone.utc).date() - timedelta(days=1)
     started = time.monotonic()
     # Spark's JVM starts on the other core while this one generates the day.

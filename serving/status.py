@@ -8,7 +8,7 @@ from typing import Any
 from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.coverage import covered_days, stale_days
 from include.config import Settings
-from include.lakehouse import LakehouseStore, open_store
+from include.lakehouse import LakehouseStore, open_reader
 from include.processes import process_alive
 from include.views import VIEWS
 from serving.engine import ServingEngine, batch_relation, internal, speed_relation
@@ -61,7 +61,7 @@ def view_progress(engine: ServingEngine) -> dict[str, dict[str, Any]]:
 def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
     """One row per view; ``engine`` is an open one to read through (else one is opened)."""
     engine = engine or ServingEngine(settings)
-    store = open_store(settings, engine="delta-rs")  # reads metadata only: no Spark, whichever engine wrote
+    store = open_reader(settings)  # reads metadata only: no Spark
     now = datetime.now(timezone.utc)
     covered = sorted(covered_days(store))
     stale = stale_days(store, settings)

@@ -18,7 +18,7 @@ import time
 
 from include import tables
 from include.config import Settings
-from include.lakehouse import LakehouseStore
+from include.lakehouse import LakehouseStore, open_reader
 from include.schemas import TOPIC_NAMES
 from include.views import speed_views
 
@@ -35,10 +35,11 @@ def appended_tables(settings: Settings) -> list[str]:
 
 
 class StreamCompaction:
-    """Compacts :func:`appended_tables` every ``settings.stream_compaction_interval``."""
+    """Compacts :func:`appended_tables` every ``settings.stream_compaction_interval``, each by the
+    engine that writes it (the stream's metrics by delta-rs)."""
 
     def __init__(self, settings: Settings, store: LakehouseStore) -> None:
-        self.store, self.names = store, appended_tables(settings)
+        self.store, self.ops_store, self.names = store, open_reader(settings), appended_tables(settings)
         self.every = settings.stream_compaction_interval.total_seconds()
 
     def run(self, stop: threading.Event) -> None:
@@ -51,11 +52,12 @@ class StreamCompaction:
         for name in self.names:
             if stop is not None and stop.is_set():
                 break
-            if not self.store.exists(name):
+            store = self.ops_store if name in tables.OPS_TABLES else self.store
+            if not store.exists(name):
                 continue
             started = time.perf_counter()
             try:
-                metrics = self.store.optimize(name)
+                metrics = store.optimize(name)
             except Exception as error:  # noqa: BLE001 - the stream goes on; next round retries
                 log.warning("compaction of %s failed (tried again in %.0f s): %s", name, self.every, error)
                 continue

@@ -1,7 +1,7 @@
 """Handing the memory a micro-batch freed back to the system.
 
-The pass holds its state in the driver's process (the dedup's ids, held rows, the look-back), and
-every micro-batch allocates and frees its rows from several threads. glibc's allocator keeps
+The pass holds some state in the driver's process (held rows, the look-back), and every
+micro-batch allocates and frees its rows from several threads. glibc's allocator keeps
 what those threads free in their arenas and rarely returns it, so without this the process's
 resident memory grew ~3 MB a second at 10k events/s while the state itself stayed bounded (a
 15-minute run: 370 MB free in the arenas after 10 minutes; ``malloc_trim`` returned it in

@@ -17,12 +17,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 
-from include import ddl, tables
+from include import tables
 from include.config import Settings, spark_interval
 from include.lakehouse import LakehouseStore, Txn
-from include.registry import ViewContext, ViewSpec, column_names
+from include.registry import ViewContext, ViewSpec
 from include.schemas import TOPICS
 from include.views import VIEWS_BY_NAME, speed_trigger_intervals, speed_views
 from speed_layer.ingest import feed_schema, record_column
@@ -76,40 +75,24 @@ class CombineBatch:
         view, txn = self.view, Txn(self.query, batch_id)
         if self.store.is_committed(view.speed_table, txn):
             return
-        if self.settings.pass_on_driver and view.declared_in_sql:
-            self.store.append(view.speed_table, self._rows_on_driver(batch), txn)
-            return
         lookups = {name: self.store.read(VIEWS_BY_NAME[name].speed_table) for name in view.lookups}
         inputs = {view.inputs[0]: batch, **lookups}
         rows = view(inputs, ViewContext(self.settings, exact=False)).select(*view.speed_schema.fieldNames())
         self.store.append(view.speed_table, rows, txn)
 
-    def _rows_on_driver(self, batch: DataFrame) -> pa.Table:
-        """The definition run by DuckDB on the micro-batch and the dimensions' speed tables as
-        they stand, as ingest's pass runs it (speed_layer/view_pass.py)."""
-        from include.views.sql import duckdb_rows
-
-        view = self.view
-        dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
-        lookups = {dimension.name: self.store.select_arrow(dimension.speed_table, column_names(dimension.fields))
-                   for dimension in dimensions}
-        inputs = {view.inputs[0]: batch.toArrow(), **lookups}
-        rows = duckdb_rows(view.sql(ViewContext(self.settings, exact=False)), inputs)
-        return rows.select(column_names(view.speed_fields)).cast(ddl.arrow_schema(view.speed_fields))
-
 
 def view_writer(spark: SparkSession, settings: Settings, store: LakehouseStore, view: ViewSpec) -> DataStreamWriter:
-    store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
+    store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.STREAM_TABLE_PROPERTIES)
     dimensions = [VIEWS_BY_NAME[name] for name in view.lookups]
     for dimension in dimensions:
-        store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
+        store.ensure_table(dimension.speed_table, dimension.schema, ["date"], tables.STREAM_TABLE_PROPERTIES)
     if view.speed.partials and view.speed.partials.merged == "read":  # no state, so no watermark: ingest left
         # the late events out already
         (topic,) = view.inputs
         feed = feed_stream(spark, settings, topic, watermarked=False)
         return feed.writeStream.queryName(view.speed_query).foreachBatch(CombineBatch(store, view, settings))
     inputs = {topic: feed_stream(spark, settings, topic, watermarked=view.kind == "fact") for topic in view.inputs}
-    inputs |= {dimension.name: store.read_latest(dimension.speed_table, dimension.schema) for dimension in dimensions}
+    inputs |= {dimension.name: store.read_latest(dimension.speed_table) for dimension in dimensions}
     rows = view(inputs, ViewContext(settings, exact=False)).select(*view.speed_schema.fieldNames())
     return (rows.writeStream.queryName(view.speed_query).outputMode(view.speed.mode)
             .foreachBatch(MergeBatch(store, view, settings)))

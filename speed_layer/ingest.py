@@ -1,15 +1,14 @@
 """The ingest query: landed lines into Silver, the DLQ and late_events, and the Gold feeds.
 
-With the Spark pass, everything runs on Spark's executors. Per micro-batch: each topic's lines
+Everything runs on Spark's executors. Per micro-batch: each topic's lines
 are parsed with the shared parser; Spark's state store drops copies of an event already ingested
 within the dedup window (:func:`include.views.rules.first_copies`); then, in ``foreachBatch``,
 lateness is flagged against each topic's watermark, and the executors write Silver, the DLQ,
-late_events and the on-time events the Gold queries read (``feeds/<topic>/``). With the pass on
-the driver, ``foreachBatch`` gets the lines as they landed and does all of that on the driver
-(:mod:`speed_layer.driver_pass`). Either way each table's commit has the transaction id
+late_events and the on-time events the Gold queries read (``feeds/<topic>/``), and ingest's pass
+computes the views it keeps (:mod:`speed_layer.view_pass`). Each table's commit has the transaction id
 ``(speed_ingest, batch_id)``: a micro-batch replayed after a crash (even ``kill -9``) commits
 nothing twice, and computes the same rows, because its watermarks come from the accounting of
-earlier batches and the dedup state from Spark's checkpoint or Silver.
+earlier batches and the dedup state from Spark's checkpoint.
 
 Rules (docs/architecture.md): a topic's watermark is the max event time seen in earlier micro-batches
 minus the watermark delay; an event at or behind it is *late*: kept in Silver (flagged), listed
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta, timezone
-from functools import cache, lru_cache, partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -39,18 +38,14 @@ from include import tables
 from include.checkpoints import batch_time
 from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
-from include.line_parser import topic_parser
-from include.parsing import DEFAULT_MAX_LINE_BYTES, bronze_event_date, parse_topic, with_reason
+from include.parsing import DEFAULT_MAX_LINE_BYTES, parse_topic, with_reason
 from include.registry import input_topics
 from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_trigger_intervals, speed_views
 from include.views.rules import first_copies
-from speed_layer import driver_pass
-from speed_layer.dedup import SeenEvents
 from speed_layer.freed_memory import trimmer
 from speed_layer.recent import RecentEvents, horizons
-from speed_layer.sources import RAW_COLUMNS
 from speed_layer.view_pass import STATE_TOPICS, MicroBatch, ViewPass
 
 if TYPE_CHECKING:
@@ -63,7 +58,6 @@ QUERY = "speed_ingest"
 FEED_TOPICS = input_topics(VIEWS)
 VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
-LINE_COLUMNS = ["value", "bronze_date", "reason", "dlq_raw"]  # on the driver, what only Bronze and the DLQ read
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -97,34 +91,20 @@ def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Tab
     columns = [record_column(topic) for topic in topics]
     rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted()).select(
         "topic", *columns, *VIEW_TIMES).toArrow()
-    return split_view_events(rows, topics)
-
-
-def split_view_events(rows: pa.Table, topics: list[str]) -> dict[str, pa.Table]:
-    """Per topic, its rows of an Arrow micro-batch of wanted events as :func:`view_events` gives them."""
     collected = {}
     for topic in topics:
-        record = [field.name for field in rows.schema.field(record_column(topic)).type]
-        times = [name for name in VIEW_TIMES if name not in record]
-        collected[topic] = driver_pass.records(rows, topic, record_column(topic)).select([*record, *times])
+        part = rows.filter(pc.equal(rows["topic"], topic))
+        record = part[record_column(topic)].combine_chunks()
+        columns = {field.name: record.field(at) for at, field in enumerate(record.type)}
+        for name in VIEW_TIMES:
+            columns.setdefault(name, part[name].combine_chunks())
+        collected[topic] = pa.table(columns)
     return collected
 
 
-def wanted_arrow(rows: pa.Table) -> pa.Table:
-    """:func:`_wanted` valid rows of an Arrow micro-batch."""
-    keep = pc.and_(pc.invert(rows["rejected"]),
-                   pc.or_(pc.invert(rows["is_late"].fill_null(False)), pc.is_in(rows["topic"], pa.array(STATE_TOPICS))))
-    return rows.filter(keep)
-
-
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
-    """Every topic's lines as one stream. With the pass on the driver, as they are: the driver
-    parses them (:func:`parse_on_driver`) and drops copies (:mod:`speed_layer.dedup`), so the
-    query keeps no state and runs no parser. Else parsed, first copies only (rejected lines all
-    pass)."""
-    if settings.pass_on_driver:
-        return _union([stream.select(*RAW_COLUMNS) for stream in raw.values()])
-    events = spark_parsed(raw, record_topics(tuple(raw)), keep_lines=False, max_line_bytes=settings.max_line_bytes)
+    """Every topic's lines as one stream, parsed, first copies only (rejected lines all pass)."""
+    events = spark_parsed(raw, record_topics(tuple(raw)), max_line_bytes=settings.max_line_bytes)
     # current_timestamp() is the micro-batch's time, recorded in the offset log: a replay sees
     # the same value. A rejected line gets a key of its own, so none is taken for a duplicate.
     events = events.withColumns(
@@ -151,33 +131,23 @@ def record_topics(topics: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*topics, *FEED_TOPICS]))
 
 
-def spark_parsed(raw: dict[str, DataFrame], columns: tuple[str, ...], keep_lines: bool,
+def spark_parsed(raw: dict[str, DataFrame], columns: tuple[str, ...],
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> DataFrame:
     """Lines of each topic parsed by the shared parser, as one frame: a record column per topic
-    of ``columns``. With ``keep_lines`` (the driver pass) every line keeps its bytes and gets
-    Bronze's event date; else only a rejected line's bytes go further (into the DLQ), not a valid
-    one's across the dedup's shuffle and cache."""
+    of ``columns``. Only a rejected line's bytes go further (into the DLQ), not a valid one's
+    across the dedup's shuffle and cache."""
     parts = []
     for topic, stream in raw.items():
-        application = stream.sparkSession.sparkContext.applicationId
         parsed = parse_topic(stream, topic, max_line_bytes)
-        parts.append(parsed.select(*_parsed_columns(topic, columns, keep_lines, application)))
+        records = [
+            (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema)))
+            .alias(record_column(other))
+            for other in columns
+        ]
+        raw_line = F.when(F.col("rejected"), F.col("value")).alias("value")
+        parts.append(parsed.select("topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time",
+                                   *records))
     return _union(parts)
-
-
-@lru_cache(maxsize=64)
-def _parsed_columns(topic: str, columns: tuple[str, ...], keep_lines: bool, application: str) -> list[Column]:
-    """:func:`spark_parsed`'s columns of one topic, built once per Spark application (each is a
-    call into the JVM, and the driver pass parses a few lines every micro-batch)."""
-    records = [
-        (F.col("record") if other == topic else F.lit(None).cast(tables.nullable(TOPICS[other].schema)))
-        .alias(record_column(other))
-        for other in columns
-    ]
-    raw_line = F.col("value") if keep_lines else F.when(F.col("rejected"), F.col("value")).alias("value")
-    # Bronze's date: the event date, or where the parser found none, read cheaply (the Bronze query's rule).
-    bronze = [F.coalesce("event_date", bronze_event_date(topic)).alias("bronze_date")] if keep_lines else []
-    return ["topic", raw_line, "source", "arrived_at", "rejected", "event_id", "event_time", *bronze, *records]
 
 
 def _union(parts: list[DataFrame]) -> DataFrame:
@@ -185,68 +155,6 @@ def _union(parts: list[DataFrame]) -> DataFrame:
     for part in parts[1:]:
         events = events.unionByName(part)
     return events
-
-
-def driver_schema(columns: tuple[str, ...]) -> pa.Schema:
-    """A micro-batch parsed on the driver (:func:`spark_parsed` with ``keep_lines``), as Arrow."""
-    return pa.schema([
-        ("topic", pa.string()), ("value", pa.binary()), ("source", pa.string()),
-        ("arrived_at", pa.timestamp("us", "UTC")), ("rejected", pa.bool_()), ("event_id", pa.string()),
-        ("event_time", pa.timestamp("us", "UTC")), ("bronze_date", pa.date32()),
-        ("reason", pa.string()), ("dlq_raw", pa.string()),  # a rejected line's, for the DLQ
-        *[(record_column(topic), topic_parser(topic, DEFAULT_MAX_LINE_BYTES).record_type) for topic in columns],
-    ])
-
-
-def parse_on_driver(lines: pa.Table, spark: SparkSession, columns: tuple[str, ...], max_line_bytes: int) -> pa.Table:
-    """A micro-batch's lines (``topic``, ``value``, ``source``, ``arrived_at``) parsed as
-    :func:`spark_parsed` parses them, with ``reason`` and ``dlq_raw`` for a rejected line. The
-    driver's parser (:mod:`include.line_parser`) decides the lines it is sure of, accepted or
-    rejected; the shared parser the others, in one small Spark job that also names the reasons,
-    so every verdict and every reason is the shared parser's."""
-    schema = driver_schema(columns)
-    decided, doubtful = [], []
-    for topic in pc.unique(lines["topic"]).to_pylist():
-        part = lines.filter(pc.equal(lines["topic"], topic))
-        parsed = topic_parser(topic, max_line_bytes).parse(part["value"])
-        doubtful.append(part.filter(pc.invert(pc.or_(parsed.accepted, parsed.rejected))))
-        accepted, rejected = part.filter(parsed.accepted), part.filter(parsed.rejected)
-        decided.append(_decided(accepted, topic, columns, schema, {
-            "rejected": pa.repeat(pa.scalar(False), accepted.num_rows), "event_id": parsed.events["event_id"],
-            "event_time": parsed.events["event_time"], "bronze_date": parsed.events["event_date"],
-            "record": parsed.events["record"]}))
-        decided.append(_decided(rejected, topic, columns, schema, {
-            "rejected": pa.repeat(pa.scalar(True), rejected.num_rows),
-            "bronze_date": parsed.rejections["bronze_date"], "reason": parsed.rejections["reason"],
-            "dlq_raw": pa.array([dlq_text(value) for value in rejected["value"].to_pylist()], pa.string())}))
-    rest = pa.concat_tables(doubtful) if doubtful else lines.slice(0, 0)
-    if rest.num_rows:
-        frame = spark.createDataFrame(rest)
-        by_topic = {topic: frame.where(F.col("topic") == topic) for topic in pc.unique(rest["topic"]).to_pylist()}
-        spark_decided = with_reason(spark_parsed(by_topic, columns, keep_lines=True, max_line_bytes=max_line_bytes),
-                                    max_line_bytes=max_line_bytes)
-        spark_decided = spark_decided.withColumn("dlq_raw", F.when(F.col("rejected"), dlq_raw()))
-        decided.append(spark_decided.toArrow().select(schema.names).cast(schema))
-    return pa.concat_tables(decided) if decided else schema.empty_table()
-
-
-def _decided(lines: pa.Table, topic: str, columns: tuple[str, ...], schema: pa.Schema, values: dict) -> pa.Table:
-    """Lines of ``topic`` the driver decided, in :func:`driver_schema`: ``values`` (``record``
-    being the topic's record column), every other column NULL."""
-    def column(name: str) -> pa.Array:
-        if name in RAW_COLUMNS:
-            return lines[name]
-        key = "record" if name == record_column(topic) else name
-        return values[key] if key in values else pa.nulls(lines.num_rows, schema.field(name).type)
-    return pa.table({name: column(name) for name in schema.names}).cast(schema)
-
-
-def dlq_text(line: bytes) -> str:
-    """:func:`dlq_raw` of an ASCII line (the driver's parser rejects no other)."""
-    text = line.decode("ascii")
-    if len(line) > DLQ_RAW_LIMIT:
-        return f"{text[:DLQ_RAW_LIMIT]}… [{len(line)} bytes; full line in bronze]"
-    return text
 
 
 def _instant(micros: int | None) -> datetime | None:
@@ -262,7 +170,6 @@ class IngestBatch:
                  continuous: bool = False) -> None:
         self.settings, self.store, self.topics = settings, store, topics
         views = speed_views(settings)
-        on_driver = settings.pass_on_driver  # speed_layer/driver_pass.py
         self.view_pass = ViewPass(settings, store, views, speed_trigger_intervals(settings) if continuous else None)
         self.record_topics = record_topics(topics)
         # What the Gold queries will read.
@@ -270,9 +177,6 @@ class IngestBatch:
         each_batch = tables.STREAM_TABLE_PROPERTIES
         for topic in topics:
             store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS, each_batch)
-        if on_driver:  # ingest writes Bronze
-            for topic in topics:
-                store.ensure_table(tables.bronze(topic), tables.BRONZE_SCHEMA, tables.BRONZE_PARTITIONS, each_batch)
         store.ensure_table(tables.DLQ, tables.DLQ_SCHEMA, (), each_batch)
         store.ensure_table(tables.LATE_EVENTS, tables.LATE_EVENTS_SCHEMA, (), each_batch)
         store.ensure_table(tables.INGEST_BATCHES, tables.INGEST_BATCHES_SCHEMA, (), each_batch)
@@ -280,15 +184,13 @@ class IngestBatch:
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
         self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
-        # The on-time events the pass's steps read again (alerts' look-back, open windows), in memory.
+        # The on-time events the pass's steps read again (alerts' look-back and recent orders), in memory.
         self.recent = RecentEvents(store, horizons(self.view_pass.computed))
         again = set(self.recent.horizons) | {view.speed.lookback.topic for view in self.view_pass.computed
                                              if view.speed.lookback}
         if again & set(STATE_TOPICS):  # those topics' view events include late ones
             raise ValueError(f"a dimension reads {sorted(again & set(STATE_TOPICS))}: "
                              "a step cannot read its events again as recent on-time events")
-        # The dedup's state, on the driver with the pass (else in Spark's state store).
-        self.seen = SeenEvents(store, topics, settings.dedup_window) if on_driver else None
         # One pool for every micro-batch: its writes run in parallel.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
         self._trim = trimmer()  # what the micro-batches freed, back to the system now and then
@@ -317,11 +219,6 @@ class IngestBatch:
         # What current_timestamp() gives the micro-batch; Spark would compile it into the plan's
         # code anew each micro-batch.
         at = batch_time(self.settings.checkpoints_dir / QUERY, batch_id)
-        if self.seen is not None:  # the pass on the driver: the micro-batch's lines there, in one Spark job
-            started = time.perf_counter()
-            lines = batch.toArrow()
-            self.ingest_lines(lines, batch_id, at, batch.sparkSession, time.perf_counter() - started)
-            return
         watermarks = self.watermarks(batch_id)
         valid = ~F.col("rejected")
         batch = with_batch_values(batch, pa.table(self._batch_values(batch_id, watermarks)), on="topic")
@@ -347,27 +244,6 @@ class IngestBatch:
             batch.unpersist()
         self._done(batch_id, counts, recent)
 
-    def ingest_lines(self, lines: pa.Table, batch_id: int, at: datetime, spark: SparkSession,
-                     read_seconds: float = 0.0) -> None:
-        """A micro-batch of landed lines (``topic``, ``value``, ``source``, ``arrived_at``) through
-        the pass on the driver; ``at`` is the micro-batch's time (``ingested_at``), the same on a replay."""
-        watermarks = self.watermarks(batch_id)
-        values = self._batch_values(batch_id, watermarks)
-        values["ingested_at"] = pa.array([at] * len(self.topics), pa.timestamp("us", "UTC"))
-        started = time.perf_counter()
-        raw = self._flagged(parse_on_driver(lines, spark, self.record_topics, self.settings.max_line_bytes),
-                            pa.table(values))
-        parsed = time.perf_counter()
-        arrow = self.seen.first_copies(raw, batch_id).drop_columns(LINE_COLUMNS)
-        counts = driver_pass.counts(arrow)
-        for row in raw.group_by("topic").aggregate([("topic", "count")]).to_pylist():  # all copies too
-            counts.setdefault(row["topic"], {"silver_rows": 0, "dlq_rows": 0, "late_rows": 0,
-                                             "max_event_time": None})["bronze_rows"] = row["topic_count"]
-        self._timings = {"read": read_seconds, "parse": parsed - started, "dedup": time.perf_counter() - parsed}
-        recent = self._write(spark, None, 1, batch_id, at, counts, watermarks, arrow, raw) if counts else {}
-        self.seen.keep(arrow, batch_id)
-        self._done(batch_id, counts, recent)
-
     def _done(self, batch_id: int, counts: dict[str, dict], recent: dict[str, pa.Table]) -> None:
         """The state the next micro-batch starts from: recent events, each topic's max event time."""
         self.recent.add(batch_id, recent)
@@ -378,16 +254,6 @@ class IngestBatch:
         self._trim()
 
     @staticmethod
-    def _flagged(rows: pa.Table, values: pa.Table) -> pa.Table:
-        """A parsed micro-batch with its topics' batch ``values`` and ``is_late``: valid and at or
-        behind its topic's watermark (the Spark pass's rule, on Arrow)."""
-        at = pc.index_in(rows["topic"], value_set=values["topic"])
-        for name in values.column_names[1:]:
-            rows = rows.append_column(name, values[name].take(at))
-        behind = pc.less_equal(rows["event_time"], rows["watermark_at_arrival"]).fill_null(False)
-        return rows.append_column("is_late", pc.and_(pc.invert(rows["rejected"]), behind))
-
-    @staticmethod
     def _write_tasks(batch: DataFrame, counts: dict[str, dict]) -> int:
         """As many write tasks as the rows need: a small micro-batch writes one file per table
         instead of one per shuffle partition (fewer files, less fixed cost per task)."""
@@ -395,37 +261,22 @@ class IngestBatch:
         cores = batch.sparkSession.sparkContext.defaultParallelism
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
-    def _write(self, spark: SparkSession, batch: DataFrame | None, tasks: int, batch_id: int, at: datetime,
-               counts: dict[str, dict], watermarks: dict, arrow: pa.Table | None = None, raw: pa.Table | None = None
-               ) -> dict[str, pa.Table]:
-        """Every write of the micro-batch (``batch`` on Spark, or ``arrow`` and ``raw`` on the
-        driver); returns its on-time events of the topics the pass reads again (:mod:`speed_layer.recent`)."""
+    def _write(self, spark: SparkSession, batch: DataFrame, tasks: int, batch_id: int, at: datetime,
+               counts: dict[str, dict], watermarks: dict) -> dict[str, pa.Table]:
+        """Every write of the micro-batch; returns its on-time events of the topics the pass reads
+        again (:mod:`speed_layer.recent`)."""
         txn = Txn(QUERY, batch_id)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
-        on_driver = arrow is not None  # speed_layer/driver_pass.py
-        if on_driver:
-            wanted = wanted_arrow(arrow)
-        appends = {
-            tables.silver(topic): (driver_pass.silver_rows(arrow, topic, record_column(topic)) if on_driver
-                                   else self._silver_rows(batch, topic))
-            for topic, count in sorted(counts.items()) if count["silver_rows"]
-        }
-        if on_driver:  # Bronze, every line (no Bronze query runs)
-            appends |= {tables.bronze(topic): driver_pass.bronze_rows(raw, topic)
-                        for topic, count in sorted(counts.items()) if count["bronze_rows"]}
+        appends = {tables.silver(topic): self._silver_rows(batch, topic)
+                   for topic, count in sorted(counts.items()) if count["silver_rows"]}
         if any(count["late_rows"] for count in counts.values()):
-            appends[tables.LATE_EVENTS] = driver_pass.late_rows(arrow) if on_driver else self._late_rows(batch)
+            appends[tables.LATE_EVENTS] = self._late_rows(batch)
         # Each write is a small Spark job over the cached batch with a fixed cost of its own;
         # submitted together, their start-up overlaps instead of adding up.
         writes = {name: partial(self.store.append, name, rows, txn) for name, rows in appends.items()}
         if any(count["dlq_rows"] for count in counts.values()):  # its plan too is built beside the others
-            writes[tables.DLQ] = partial(self._append_dlq, batch, raw, txn)
-        if on_driver:
-            columns = [field.name for field in feed_schema().fields]
-            writes["feeds"] = partial(driver_pass.write_feeds, wanted, feed_topics, columns, self.settings.feeds_dir,
-                                      batch_id)
-        else:
-            writes["feeds"] = partial(self._write_feeds, batch, tasks, batch_id, feed_topics)
+            writes[tables.DLQ] = partial(self._append_dlq, batch, txn)
+        writes["feeds"] = partial(self._write_feeds, batch, tasks, batch_id, feed_topics)
         delay = self.settings.watermark_delay
         after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
                             default=None) for topic in self.topics}
@@ -434,8 +285,7 @@ class IngestBatch:
         def collect(topics: list[str]) -> dict[str, pa.Table]:  # once per topic, the first time a step asks
             missing = [topic for topic in topics if topic not in collected]
             if missing:
-                collected.update(split_view_events(wanted, missing) if on_driver
-                                 else collect_view_events(batch, missing))
+                collected.update(collect_view_events(batch, missing))
             return {topic: collected[topic] for topic in topics}
 
         recent_topics = list(self.recent.horizons)
@@ -445,9 +295,7 @@ class IngestBatch:
             spark=spark, txn=txn, at=at,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
-            # On the driver the micro-batch is not cached: a Spark step reads its Arrow events.
-            events=((lambda topic: spark.createDataFrame(collect([topic])[topic])) if on_driver
-                    else (lambda topic: view_events(batch, topic))),
+            events=lambda topic: view_events(batch, topic),
             collect=collect, recent=lambda topic: recent()[topic],
             lookback=lambda lookback, events, query: self.recent.moments(
                 lookback, batch_id, watermarks.get(lookback.topic), events, query),
@@ -492,12 +340,8 @@ class IngestBatch:
             f"{record_column(topic)}.*", *extra, F.to_date("event_time").alias("date")
         )
 
-    def _append_dlq(self, batch: DataFrame, raw: pa.Table | None, txn: Txn) -> None:
-        """The micro-batch's rejected lines into the DLQ. On the driver their reasons are named
-        already (:func:`parse_on_driver`); else here, for these lines only."""
-        if raw is not None:
-            self.store.append(tables.DLQ, driver_pass.dlq_rows(raw), txn)
-            return
+    def _append_dlq(self, batch: DataFrame, txn: Txn) -> None:
+        """The micro-batch's rejected lines into the DLQ, their reasons named here, for these lines only."""
         rejected = with_reason(batch.where("rejected"), max_line_bytes=self.settings.max_line_bytes)
         self.store.append(tables.DLQ, rejected.select("topic", dlq_raw().alias("raw"), "reason", "source",
                                                       "ingested_at", "batch_id"), txn)

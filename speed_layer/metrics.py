@@ -1,7 +1,6 @@
 """Stream metrics and heartbeat.
 
-A StreamingQueryListener turns every query progress (and the driver's landing ingest reports
-its micro-batches alike) into a ``stream_metrics`` row (input rows,
+A StreamingQueryListener turns every query progress into a ``stream_metrics`` row (input rows,
 rates, where the batch time went, watermark, state rows, rows dropped by watermark, output
 rows). Rows are buffered and committed by :meth:`StreamMetrics.flush`, which the runner
 calls every few seconds along with writing the heartbeat file the supervisor reads.
@@ -124,7 +123,7 @@ class StreamMetrics(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         self.terminated(str(event.id), event.exception)
 
-    # ---- what a query (Spark's, through the callbacks above, or the driver's ingest) reports ----
+    # ---- what a query reports, through the callbacks above ----
     def started(self, name: str, query_id: str) -> None:
         with self._lock:
             self._names[query_id] = name

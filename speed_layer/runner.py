@@ -1,5 +1,4 @@
-"""The stream runner: all speed-layer queries in one Spark application (on a local landing zone
-ingest is the driver's own loop, :mod:`speed_layer.landing_reader`, run like a query).
+"""The stream runner: all speed-layer queries in one Spark application.
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
 queries (in small micro-batches, so watermarks advance between them: see
@@ -23,18 +22,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from include.config import ConfigError, Settings
+from include.config import Settings
 from include.disk_space import as_no_space_left
 from include.doctor import torn_checkpoint_logs
-from include.lakehouse import LakehouseStore, open_store
-from include.schemas import TOPIC_NAMES
+from include.lakehouse import LakehouseStore, open_reader, open_store
 from include.spark import LOCAL_MASTER, get_spark
 from include.views import speed_trigger_intervals
 from speed_layer import bronze, ingest
 from speed_layer.announce import DayCompleteAnnouncer
 from speed_layer.compaction import StreamCompaction
 from speed_layer.gold import gold_writers, runs_no_data_batches, trigger_intervals
-from speed_layer.landing_reader import LandingIngest, reads_landing_on_driver
 from speed_layer.metrics import StreamMetrics
 from speed_layer.stream_progress import StreamProgress
 from speed_layer.sources import open_source
@@ -55,53 +52,25 @@ class StreamFailed(RuntimeError):
     """A streaming query died; the message names it and says why."""
 
 
-def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore, metrics: StreamMetrics,
-                   available_now: bool = False) -> dict[str, DataStreamWriter | LandingIngest]:
-    """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, feeds); with
-    the pass on the driver, ingest writes Bronze itself and no Bronze query runs, and on a local
-    landing zone the driver reads the files too (:mod:`speed_layer.landing_reader`)."""
-    if reads_landing_on_driver(settings):
-        batches = ingest.IngestBatch(settings, store, TOPIC_NAMES, continuous=not available_now)
-        return {ingest.QUERY: LandingIngest(spark, settings, batches, metrics)}
-    raw = open_source(spark, settings, available_now)  # each query reads it with a source of its own
+def ingest_writers(spark: SparkSession, settings: Settings, store: LakehouseStore,
+                   available_now: bool = False) -> dict[str, DataStreamWriter]:
+    """The Bronze query (every line) and the ingest query (Silver, DLQ, late_events, the views
+    of ingest's pass, feeds), each reading the source with a source of its own."""
+    raw = open_source(spark, settings, available_now)
     topics = tuple(raw)
     events = ingest.parsed_events(raw, settings)
-    writers = {ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
-               .foreachBatch(ingest.IngestBatch(settings, store, topics, continuous=not available_now))}
-    if not writes_bronze_in_ingest(settings):
-        lines = bronze.with_event_date(raw).writeStream.queryName(bronze.QUERY)
-        writers[bronze.QUERY] = lines.foreachBatch(bronze.BronzeBatch(store, topics))
-    return writers
-
-
-def writes_bronze_in_ingest(settings: Settings) -> bool:
-    """With the pass on the driver, ingest has every line of its micro-batch there already."""
-    return settings.pass_on_driver
-
-
-def keep_pass_engine(settings: Settings) -> Settings:
-    """``settings`` with the pass engine the ingest query's checkpoint began with (``auto`` keeps
-    it); another one named is refused: the Spark pass keeps the dedup in Spark's state store (a
-    ``state`` folder), the driver pass keeps none, and Spark cannot restart a query whose
-    stateful operators changed."""
-    checkpoint = settings.checkpoints_dir / ingest.QUERY
-    if not any((checkpoint / "commits").glob("[0-9]*")):
-        return settings  # a new home, or nothing committed yet
-    began = "spark" if (checkpoint / "state").is_dir() else "duckdb"
-    if settings.pass_engine == "auto":
-        return settings.model_copy(update={"pass_engine": began})
-    if began != settings.pass_engine:
-        raise ConfigError(
-            f"invalid setting LAMBDALAKE_PASS_ENGINE={settings.pass_engine}: the stream of {settings.home} began "
-            f"with LAMBDALAKE_PASS_ENGINE={began}, and its ingest checkpoint ({checkpoint}) keeps that engine's "
-            "deduplication; keep that engine for this home, or use a new home for the other")
+    lines = bronze.with_event_date(raw).writeStream.queryName(bronze.QUERY)
+    return {
+        ingest.QUERY: events.writeStream.queryName(ingest.QUERY)
+        .foreachBatch(ingest.IngestBatch(settings, store, topics, continuous=not available_now)),
+        bronze.QUERY: lines.foreachBatch(bronze.BronzeBatch(store, topics)),
+    }
 
 
 def query_trigger_intervals(settings: Settings) -> dict[str, timedelta]:
     """Each query's micro-batch interval when running continuously."""
     bronze_interval = settings.bronze_trigger_interval or max(settings.trigger_interval, bronze.DEFAULT_TRIGGER)
-    own_bronze = {} if writes_bronze_in_ingest(settings) else {bronze.QUERY: bronze_interval}
-    return {**own_bronze, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
+    return {bronze.QUERY: bronze_interval, ingest.QUERY: settings.trigger_interval, **trigger_intervals(settings)}
 
 
 def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
@@ -116,12 +85,10 @@ def stream_shuffle_partitions(spark: SparkSession, settings: Settings) -> int:
     return settings.shuffle_partitions  # a cluster's executors may not have registered yet
 
 
-def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter | LandingIngest, name: str,
-           available_now: bool) -> StreamingQuery | LandingIngest:
+def _start(spark: SparkSession, settings: Settings, writer: DataStreamWriter, name: str,
+           available_now: bool) -> StreamingQuery:
     checkpoint = settings.checkpoints_dir / name
     remove_torn_writes(checkpoint)
-    if isinstance(writer, LandingIngest):  # no Spark query: the driver's loop
-        return writer.start(available_now)
     spark.conf.set(NO_DATA_BATCHES, str(runs_no_data_batches(name)).lower())
     spark.conf.set(SHUFFLE_PARTITIONS, str(stream_shuffle_partitions(spark, settings)))
     # Ingest caches each micro-batch for the seconds its writes read it, and compressing that cache
@@ -247,7 +214,6 @@ def run_stream(
     """Run the speed layer; returns the store it wrote to. Raises :class:`StreamFailed`.
     ``on_started`` gets the run's own Spark session (its ``streams`` are the queries) before they
     start. ``show_progress`` (with ``available_now``): the ingest phase's progress on stderr."""
-    settings = keep_pass_engine(settings)
     stop = stop or threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -257,13 +223,13 @@ def run_stream(
     # the demo's batch layer shares, as it was.
     spark = get_spark(settings, app_name="lambdalake-stream").newSession()
     store = open_store(settings, spark)
-    metrics = StreamMetrics(store, settings.run_dir)
+    metrics = StreamMetrics(open_reader(settings), settings.run_dir)  # an ops table: delta-rs
     spark.streams.addListener(metrics)
     announcer = DayCompleteAnnouncer.from_env(settings, store)
     checkpoints = settings.checkpoints_dir
     finished = False
     try:
-        ingesting = ingest_writers(spark, settings, store, metrics, available_now)
+        ingesting = ingest_writers(spark, settings, store, available_now)
         gold = gold_writers(spark, settings, store)
         metrics.write_heartbeat("starting")
         if on_started:

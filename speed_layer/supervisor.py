@@ -29,7 +29,7 @@ from include import tables
 from include.notifier import notify
 from include.backlog import INGEST_QUERY, landing_backlog, total
 from include.config import Settings
-from include.lakehouse import open_store
+from include.lakehouse import open_reader
 from include.processes import group_alive, process_alive, stop_group
 from include.heartbeat import HEARTBEAT_FILE, read_heartbeat
 
@@ -107,7 +107,7 @@ def stop_stream(settings: Settings, timeout: float = 90.0) -> None:
 
 
 def _events(settings: Settings) -> list[dict]:
-    store = open_store(settings)
+    store = open_reader(settings)
     if not store.exists(tables.SUPERVISOR_EVENTS):
         return []
     return store.select_arrow(tables.SUPERVISOR_EVENTS, ["at", "decision"]).to_pylist()
@@ -121,7 +121,7 @@ def _record(
         "reason": reason, "pid": pid, "restarts_last_hour": restarts,
     }
     log.info("supervisor: state=%s decision=%s (%s)", diagnosis.state, decision, reason)
-    store = open_store(settings)
+    store = open_reader(settings)
     store.ensure_table(tables.SUPERVISOR_EVENTS, tables.SUPERVISOR_EVENTS_SCHEMA)
     schema = tables.arrow_schema(tables.SUPERVISOR_EVENTS_FIELDS)
     store.append(tables.SUPERVISOR_EVENTS, pa.Table.from_pylist([row], schema=schema))
@@ -165,7 +165,7 @@ def supervise(settings: Settings, now: datetime | None = None, stream_env: dict[
 
 def check_freshness(settings: Settings, now: datetime) -> timedelta | None:
     """Alert when the newest event the speed layer has ingested is older than the SLA."""
-    store = open_store(settings)
+    store = open_reader(settings)
     if not store.exists(tables.INGEST_BATCHES):
         return None
     newest = store.select_arrow(tables.INGEST_BATCHES, ["max_event_time"], "max_event_time IS NOT NULL")

@@ -35,15 +35,15 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, Txn
 from include.lakehouse.base import sql_literal
 from include.registry import (
-    Lookback, ViewContext, ViewSpec, best_per_key, best_per_key_sql, column_names, merged_partials, merged_partials_sql,
-    replaces_sql, sql_time, state_topics, struct,
+    Lookback, ViewContext, ViewSpec, best_per_key, column_names, merged_partials, replaces_sql, sql_time, state_topics,
+    struct,
 )
 from include.views import VIEWS
 from speed_layer.held_rows import HeldRows
-from speed_layer.open_rows import OpenRows, key_match
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from speed_layer.recent import Query
 
@@ -105,10 +105,6 @@ class Step:
         return self.batch.spark.createDataFrame(rows.select(column_names(fields)), schema=struct(fields))
 
     def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-        if self.settings.pass_on_driver:
-            from include.views.sql import duckdb_rows
-
-            return duckdb_rows(sql, tables)
         from include.views.sql import spark_rows
 
         spark = self.batch.spark
@@ -160,20 +156,12 @@ class ViewPass:
         self.waiting = {view.name: Waiting(spaced.get(view.name, timedelta(0))) for view in self.computed
                         if view.runs_on_interval}
         for view in self.computed:
-            store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.SPEED_TABLE_PROPERTIES)
-        # Window views merged when written keep their open rows in memory (speed_layer/open_rows.py).
-        self.open_rows = {view.name: OpenRows(store, view) for view in self.computed
-                          if settings.pass_on_driver and store.rewrites_files and view.kind == "fact"
-                          and view.speed.partials and view.speed.partials.merged == "write" and view.closes_at}
+            store.ensure_table(view.speed_table, view.speed_schema, ["date"], tables.STREAM_TABLE_PROPERTIES)
 
     @property
     def collected_topics(self) -> list[str]:
-        """The topics the incremental views (and, on DuckDB, the views it computes) read on the driver."""
-        on_driver = self.settings.pass_on_driver
-        return list(dict.fromkeys(topic for view in self.computed
-                                  if view.speed.incremental
-                                  or (on_driver and view.declared_in_sql)
-                                  for topic in view.inputs))
+        """The topics the incremental views read on the driver."""
+        return list(dict.fromkeys(topic for view in self.computed if view.speed.incremental for topic in view.inputs))
 
     def writes(self, batch: MicroBatch) -> dict[str, Callable[[], None]]:
         """A function per view the micro-batch feeds, by speed table (a view reading none of its
@@ -191,10 +179,7 @@ class ViewPass:
                     waiting.through = batch.txn.version
                 if not batch.fed.intersection(view.inputs):
                     continue
-            on_driver = self.settings.pass_on_driver
-            if on_driver and view.speed.partials and view.declared_in_sql:
-                writes[view.speed_table] = partial(self._add_partials_on_driver, view, view_step)
-            elif view.speed.incremental:
+            if view.speed.incremental:
                 writes[view.speed_table] = partial(self._keep, view, view_step)
             else:
                 inputs = ({topic: batch.spark.createDataFrame(view_step.events(topic)) for topic in view.inputs}
@@ -248,34 +233,6 @@ class ViewPass:
             both = pa.concat_tables([rows, stored.select(rows.column_names).cast(rows.schema)])
             both = computed.sparkSession.createDataFrame(both, schema=view.speed_schema)
             rows = merged_partials(view, both).toArrow()
-        store.merge(view.speed_table, rows, view.merge_on, txn)
-
-    def _add_partials_on_driver(self, view: ViewSpec, step: Step) -> None:
-        """:meth:`_add_partials` with the definition and the merge run by DuckDB (include/views/sql.py)."""
-        from include.views.sql import duckdb_rows
-
-        store, txn, columns = self.store, step.batch.txn, column_names(view.speed_fields)
-        if store.is_committed(view.speed_table, txn):
-            return
-        schema = ddl.arrow_schema(view.speed_fields)
-        text = view.sql(ViewContext(self.settings, exact=False))
-        rows = duckdb_rows(text, {topic: step.events(topic) for topic in view.inputs}).select(columns).cast(schema)
-        if rows.num_rows == 0:
-            return
-        if view.speed.partials.merged == "read":
-            store.append(view.speed_table, rows, txn)
-            return
-        def merged(both: pa.Table) -> pa.Table:
-            return duckdb_rows(merged_partials_sql(view, "{both}"), {"both": both}).select(columns).cast(schema)
-
-        if view.name in self.open_rows:
-            watermarks = [step.watermark(topic, after=True) for topic in view.inputs]
-            closed_by = None if None in watermarks else min(watermarks)
-            self.open_rows[view.name].add(rows, merged, closed_by, txn)
-            return
-        stored = with_keys_of(self._stored_of(view, rows).cast(schema), rows, list(view.keys))
-        if stored.num_rows:
-            rows = merged(pa.concat_tables([rows, stored.select(columns)]))
         store.merge(view.speed_table, rows, view.merge_on, txn)
 
     def _stored_of(self, view: ViewSpec, rows: pa.Table) -> pa.Table:
@@ -335,27 +292,27 @@ def read_silver(store: LakehouseStore, topic: str, schema: pa.Schema, where: str
 
 
 def with_keys_of(stored: pa.Table, rows: pa.Table, keys: list[str]) -> pa.Table:
-    """The stored rows whose ``keys`` some of ``rows`` have."""
-    return stored.filter(key_match(stored, rows, keys))
+    """The stored rows whose ``keys`` some of ``rows`` have (joined on the keys and a row
+    number: Arrow joins carry no struct or binary columns)."""
+    numbered = stored.select(keys).append_column("_row", pa.array(range(stored.num_rows), pa.int64()))
+    matched = numbered.join(rows.select(keys), keys, join_type="left semi").column("_row").combine_chunks()
+    return stored.filter(pc.is_in(pa.array(range(stored.num_rows), pa.int64()), matched))
 
 
 def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, rows: DataFrame | pa.Table,
                      txn: Txn) -> None:
     """Upsert rows of a view into its speed table, exactly once: several rows of a key and the
     stored one by the view's precedence; rows with new keys first announced (alerts to the
-    notifier). Arrow rows are ranked by DuckDB on the driver."""
-    if view.speed.precedence is not None and isinstance(rows, pa.Table):
-        from include.views.sql import duckdb_rows
-
-        best = best_per_key_sql("SELECT * FROM {rows}", view.keys, view.speed.precedence, rows.column_names)
-        rows = duckdb_rows(best, {"rows": rows}).cast(rows.schema)
-    elif view.speed.precedence is not None:
+    notifier)."""
+    if isinstance(rows, pa.Table):
+        rows = arrow_frame(store.spark, rows, view.speed_schema)
+    if view.speed.precedence is not None:
         rows = best_per_key(rows, view.keys, view.speed.precedence)
     update_when = replaces_sql(view.speed.precedence) if view.speed.precedence else None
     if view.speed.announce is None or store.is_committed(view.speed_table, txn):
         store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
         return
-    arrow = rows if isinstance(rows, pa.Table) else rows.toArrow()  # a handful of rows (alerts): once for both uses
+    arrow = rows.toArrow()  # a handful of rows (alerts)
     known = set()
     if arrow.num_rows:  # the stored keys among them: their days and key times skip the other files
         (key,) = view.keys
@@ -368,7 +325,15 @@ def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, 
         # Its own id per view (the id a view's own query has always used).
         app = f"{txn.app_id}_announce" if txn.app_id == view.speed_query else f"{txn.app_id}_{view.name}_announce"
         view.speed.announce(settings, new, Txn(app, txn.version))
-    store.merge(view.speed_table, arrow, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)
+    store.merge(view.speed_table, arrow_frame(store.spark, arrow, view.speed_schema), view.merge_on, txn, update_when,
+                delete_when=view.speed.tombstone)
+
+
+def arrow_frame(spark: SparkSession, rows: pa.Table, schema: StructType) -> DataFrame:
+    """Arrow rows on the driver as a Spark DataFrame of ``schema`` (pyspark cannot take a column
+    of no chunks, as an empty read gives)."""
+    rows = rows.select(schema.fieldNames())
+    return spark.createDataFrame(rows if rows.num_rows else rows.schema.empty_table(), schema=schema)
 
 
 __all__ = ["MicroBatch", "ViewPass", "merge_speed_rows"]

@@ -18,7 +18,7 @@ import pytest
 
 from include.config import Settings, load_settings
 from include.generator import GenerationResult
-from include.spark import cached_spark_jars, delta_spark_unavailable_reason, get_spark
+from include.spark import cached_spark_jars, get_spark
 from include.spark_jars import main as spark_jars_main
 
 # Airflow reads its configuration when first imported: point it at a throwaway home first.
@@ -39,9 +39,8 @@ def airflow_db() -> Path:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """The one session. It carries the fetched Spark packages (fetched now if `make install` has
-    not, where Maven Central is reachable) and Delta's extension when they load, so the
-    delta-spark engine's tests share it; delta-rs ignores both."""
+    """The one session, with the fetched Spark packages (fetched now if `make install` has not)
+    and Delta's extension."""
     settings = load_settings(
         home=tmp_path_factory.mktemp("spark-home"),
         spark_master="local[2]",
@@ -49,9 +48,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         spark_driver_memory="2g",
     )
     if not cached_spark_jars(settings):
-        spark_jars_main(["--into", str(settings.spark_jars_dir), "--offline-ok"])
-    if delta_spark_unavailable_reason(settings) is None:
-        settings = settings.model_copy(update={"lakehouse_engine": "delta-spark"})
+        spark_jars_main(["--into", str(settings.spark_jars_dir)])
     session = get_spark(settings, app_name="lambdalake-tests")
     yield session
     session.stop()

@@ -1,4 +1,5 @@
-"""The Delta lakehouse store: one interface (:class:`LakehouseStore`), two engines."""
+"""The Delta lakehouse store: one interface (:class:`LakehouseStore`); delta-spark writes the
+pipeline's tables, delta-rs reads them all and writes the ops tables (one writing engine per table)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from include.lakehouse.base import (
     CommitInfo,
     LakehouseError,
     LakehouseStore,
-    Rewrite,
     TableFile,
     TableNotFound,
     Txn,
@@ -21,36 +21,32 @@ if TYPE_CHECKING:
 
     from pyspark.sql import SparkSession
 
+    from include.lakehouse.delta_rs import DeltaRsStore
+    from include.lakehouse.delta_spark import DeltaSparkStore
+
 
 def all_tables(lakehouse: Path) -> list[str]:
     """Every Delta table under ``lakehouse``, by name (``speed/order_payments``)."""
     return sorted(str(log_dir.parent.relative_to(lakehouse)) for log_dir in lakehouse.rglob("_delta_log"))
 
 
-def open_store(settings: Settings, spark: SparkSession | None = None, engine: str | None = None) -> LakehouseStore:
-    """The store for ``settings`` (engine from configuration unless given). Without ``spark``,
-    a session is started only when an operation needs one."""
-    from include.spark import delta_spark_unavailable_reason, get_spark, resolve_engine
+def open_store(settings: Settings, spark: SparkSession | None = None) -> DeltaSparkStore:
+    """The pipeline's store: delta-spark (without ``spark``, a session is started only when an
+    operation needs one)."""
+    from include.lakehouse.delta_spark import DeltaSparkStore
+    from include.spark import get_spark
 
-    engine = engine or resolve_engine(settings)
-    options = dict(
-        spark=spark if spark is not None else (lambda: get_spark(settings)),
-        root=settings.lakehouse_dir,
-        commit_retries=settings.commit_retries,
-        backoff_seconds=settings.commit_backoff_seconds,
-    )
-    if engine == "delta-rs":
-        from include.lakehouse.delta_rs import DeltaRsStore
+    return DeltaSparkStore(spark if spark is not None else (lambda: get_spark(settings)), settings.lakehouse_dir,
+                           commit_retries=settings.commit_retries, backoff_seconds=settings.commit_backoff_seconds)
 
-        return DeltaRsStore(**options)
-    if engine == "delta-spark":
-        reason = delta_spark_unavailable_reason(settings)
-        if reason:
-            raise LakehouseError(f"lakehouse engine 'delta-spark' cannot run here: {reason}")
-        from include.lakehouse.delta_spark import DeltaSparkStore
 
-        return DeltaSparkStore(**options)
-    raise ValueError(f"lakehouse engine must be 'delta-rs' or 'delta-spark', got '{engine}'")
+def open_reader(settings: Settings) -> DeltaRsStore:
+    """The store of processes without a JVM (serving, ``status``, ``doctor``, the sensors, the
+    notifier, the supervisor): delta-rs reads every table and writes only the ops tables."""
+    from include.lakehouse.delta_rs import DeltaRsStore
+
+    return DeltaRsStore(settings.lakehouse_dir, commit_retries=settings.commit_retries,
+                        backoff_seconds=settings.commit_backoff_seconds)
 
 
 __all__ = [
@@ -58,9 +54,9 @@ __all__ = [
     "CommitInfo",
     "LakehouseError",
     "LakehouseStore",
-    "Rewrite",
     "TableFile",
     "TableNotFound",
     "Txn",
+    "open_reader",
     "open_store",
 ]

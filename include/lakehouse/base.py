@@ -1,4 +1,4 @@
-"""The lakehouse store interface shared by both Delta engines.
+"""The lakehouse store interface: delta-spark writes the pipeline's tables, delta-rs the ops tables.
 
 Engines implement the ``_do_*`` primitives; this class owns what must behave the same on both:
 transaction-id idempotency, bounded retries of conflicting commits, argument validation.
@@ -26,7 +26,7 @@ from include.disk_space import as_no_space_left
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructField, StructType
 
     # Rows to write: a Spark DataFrame, or Arrow data already on the driver.
@@ -66,15 +66,6 @@ class TableFile:
     partition: Mapping[str, str | None]
     low: Any
     high: Any
-
-
-@dataclass(frozen=True)
-class Rewrite:
-    """What ``rewrite`` (delta-rs) commits: files to remove, and rows to write instead
-    (each table to files of its own, one per partition)."""
-
-    removed: list[TableFile]
-    rows: list[pa.Table]
 
 
 @dataclass(frozen=True)
@@ -164,28 +155,14 @@ class LakehouseStore(ABC):
     """Delta tables under one root folder, addressed by name (``bronze/orders``)."""
 
     engine: str
-    rewrites_files = False  # whether the engine has rewrite() and read_files() (delta-rs)
 
-    def __init__(
-        self,
-        spark: SparkSession | Callable[[], SparkSession],
-        root: Path | str,
-        commit_retries: int = 8,
-        backoff_seconds: float = 0.1,
-    ) -> None:
-        self._spark = spark  # or a factory: commands that never need Spark never start it
+    def __init__(self, root: Path | str, commit_retries: int = 8, backoff_seconds: float = 0.1) -> None:
         self.root = Path(root)
         self.commit_retries = commit_retries
         self.backoff_seconds = backoff_seconds
         self._tables: dict[str, DeltaTable] = {}  # see _latest
         self._tables_lock = threading.Lock()
         self._txn_versions: dict[tuple[str, str], tuple[int, int | None]] = {}  # see txn_version
-
-    @property
-    def spark(self) -> SparkSession:
-        if callable(self._spark):
-            self._spark = self._spark()
-        return self._spark
 
     # ---- naming -------------------------------------------------------------------------
     def path(self, name: str) -> str:
@@ -298,27 +275,8 @@ class LakehouseStore(ABC):
             log.info("append to '%s' skipped: txn %s already committed", name, txn)
             return False
         path = self.path(name)
-        data = self._prepare_append(path, df)
+        data = self._prepare(path, df)
         return self._commit_once(f"append to '{name}'", name, txn, lambda: self._do_append(path, data, txn))
-
-    @writes
-    def append_split(
-        self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
-    ) -> dict[str, int | None]:
-        """Append each value's rows of ``column`` to its table (``tables``: value -> table name,
-        all with the same schema), without ``column``. Returns the rows appended per table, None
-        where ``txn`` was already committed. Engines may write every table in one Spark job."""
-        from pyspark.sql import functions as F
-
-        appended: dict[str, int | None] = {}
-        for value, name in tables.items():
-            if self.is_committed(name, txn):
-                appended[name] = None
-                continue
-            rows = df.where(F.col(column) == value).drop(column)
-            count = rows.count()  # no rows: nothing to commit, as delta-rs commits nothing for them
-            appended[name] = count if count == 0 or self.append(name, rows, txn) else None
-        return appended
 
     @writes
     def merge(
@@ -382,27 +340,6 @@ class LakehouseStore(ABC):
         """Delete the rows matching SQL ``predicate`` (both engines parse it)."""
         path = self._require(name)
         self._retrying(f"delete from '{name}'", lambda: self._do_delete(path, predicate))
-
-    def read(
-        self, name: str, version: int | None = None, timestamp: datetime | str | None = None
-    ) -> DataFrame:
-        """The table as a Spark DataFrame: latest, or as of a version or a timestamp."""
-        if version is not None and timestamp is not None:
-            raise ValueError("read takes a version or a timestamp, not both")
-        if version is not None and version < 0:
-            raise ValueError(f"version must be >= 0, got {version}")
-        if isinstance(timestamp, str):
-            timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-        if timestamp is not None and timestamp.tzinfo is None:
-            raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
-        return self._do_read(self._require(name), version, timestamp)
-
-    def read_latest(self, name: str, schema: StructType) -> DataFrame:
-        """The table as a DataFrame that reads its latest version each time it runs: the static
-        side of a stream-static join follows the table while the stream runs (every micro-batch
-        re-reads it)."""
-        self._require(name)
-        return self._do_read_latest(self.path(name), schema)
 
     def select_arrow(self, name: str, columns: Sequence[str], where: str | None = None) -> pa.Table:
         """A small filtered projection as Arrow, without a Spark job, whichever engine writes
@@ -498,10 +435,6 @@ class LakehouseStore(ABC):
     def _prepare(self, path: str, df: Rows) -> Any:
         """Materialise ``df`` once for writing, so retries do not recompute it."""
 
-    def _prepare_append(self, path: str, df: Rows) -> Any:
-        """What :meth:`append` commits (engines may write the files here, once, before retries)."""
-        return self._prepare(path, df)
-
     @abstractmethod
     def _do_create(
         self, path: str, schema: StructType, partition_by: list[str], properties: dict[str, str]
@@ -526,12 +459,6 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_delete(self, path: str, predicate: str) -> None: ...
-
-    @abstractmethod
-    def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame: ...
-
-    @abstractmethod
-    def _do_read_latest(self, path: str, schema: StructType) -> DataFrame: ...
 
     @abstractmethod
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]: ...

@@ -1,13 +1,15 @@
-"""The cluster engine: Delta Lake's own Spark integration (needs the Delta jars on the classpath)."""
+"""Delta Lake's own Spark integration: every table a Spark job writes, on every master."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from include.lakehouse.base import CommitInfo, LakehouseStore, Txn
+from include.lakehouse.base import CommitInfo, LakehouseStore, Txn, writes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -34,6 +36,55 @@ def _session_with_txn(base: SparkSession, txn: Txn) -> SparkSession:
 
 class DeltaSparkStore(LakehouseStore):
     engine = "delta-spark"
+
+    def __init__(self, spark: SparkSession | Callable[[], SparkSession], root: Path | str, **options: Any) -> None:
+        super().__init__(root, **options)
+        self._spark = spark  # or a factory: commands that never need Spark never start it
+
+    @property
+    def spark(self) -> SparkSession:
+        if callable(self._spark):
+            self._spark = self._spark()
+        return self._spark
+
+    @writes
+    def append_split(
+        self, df: DataFrame, column: str, tables: Mapping[Any, str], txn: Txn | None = None
+    ) -> dict[str, int | None]:
+        """Append each value's rows of ``column`` to its table (``tables``: value -> table name,
+        all with the same schema), without ``column``. Returns the rows appended per table, None
+        where ``txn`` was already committed."""
+        from pyspark.sql import functions as F
+
+        appended: dict[str, int | None] = {}
+        for value, name in tables.items():
+            if self.is_committed(name, txn):
+                appended[name] = None
+                continue
+            rows = df.where(F.col(column) == value).drop(column)
+            count = rows.count()  # no rows: nothing to commit
+            appended[name] = count if count == 0 or self.append(name, rows, txn) else None
+        return appended
+
+    def read(
+        self, name: str, version: int | None = None, timestamp: datetime | str | None = None
+    ) -> DataFrame:
+        """The table as a Spark DataFrame: latest, or as of a version or a timestamp."""
+        if version is not None and timestamp is not None:
+            raise ValueError("read takes a version or a timestamp, not both")
+        if version is not None and version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        if isinstance(timestamp, str):
+            timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        if timestamp is not None and timestamp.tzinfo is None:
+            raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
+        return self._do_read(self._require(name), version, timestamp)
+
+    def read_latest(self, name: str) -> DataFrame:
+        """The table as a DataFrame that reads its latest version each time it runs: the static
+        side of a stream-static join follows the table while the stream runs (a Delta relation
+        resolves the table's snapshot each time a plan runs it)."""
+        return self.spark.read.format("delta").load(self._require(name))
 
     def _table(self, path: str, session: SparkSession | None = None):  # noqa: ANN202 - delta.tables needs the jars
         from delta.tables import DeltaTable as SparkDeltaTable
@@ -107,10 +158,6 @@ class DeltaSparkStore(LakehouseStore):
             utc = timestamp.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
             reader = reader.option("timestampAsOf", utc)
         return reader.load(path)
-
-    def _do_read_latest(self, path: str, schema: StructType) -> DataFrame:
-        # A Delta relation resolves the table's snapshot each time a plan runs it.
-        return self.spark.read.format("delta").load(path)
 
     def _do_history(self, path: str, limit: int | None) -> list[CommitInfo]:
         history = self._table(path).history(limit) if limit else self._table(path).history()

@@ -18,8 +18,7 @@ CUSTOMER_COLUMNS = ("name", "email", "segment", "country")
 SEGMENT_WINDOW, SEGMENT_SECONDS = "1 hour", 3600
 UNKNOWN_SEGMENT = "unknown"
 # revenue_by_segment_1h's counted orders, each with its amount (at the same place in their lists),
-# as structs. A lambda's index counts from 0 in Spark and from 1 in DuckDB, as each engine's
-# subscript does, so both pair them alike (sqlglot shifts only literal subscripts).
+# as structs.
 COUNTED_ORDERS = "transform(order_ids, (order_id, at) -> struct(order_id AS order_id, order_amounts[at] AS amount))"
 
 

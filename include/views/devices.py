@@ -23,8 +23,8 @@ SUMS = "temperature_sum decimal(28,2), temperature_squares decimal(38,4), humidi
 def statistics_sql(readings: str, temperature: str, squares: str, humidity: str) -> dict[str, str]:
     """The served statistics from the count and the exact sums (n, Σx, Σx²): the definition's
     from its aggregates, the merge's from the merged partial sums."""
-    # A mean is one IEEE division of exact doubles (hundredths), which both engines round alike
-    # (DuckDB divides a decimal in doubles, Spark in decimals).
+    # A mean is one IEEE division of exact doubles (hundredths), rounded alike in any order of
+    # the partial sums.
     return {
         "avg_temperature": f"CAST({temperature} * 100 AS DOUBLE) / (100 * {readings})",
         # n·Σx² − (Σx)² is exact and never negative; one reading has no sample deviation.

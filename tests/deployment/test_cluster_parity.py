@@ -49,8 +49,7 @@ def test_the_same_settings_names(services, harness):
         compose = {key for key in services[name]["environment"] if key.startswith("LAMBDALAKE_")}
         compose -= {"LAMBDALAKE_SERVE_TOKEN"}  # serve's own secret; the harness's serve generates one
         assert compose == set(harness["lambdalake"]), name
-    assert services["serve"]["environment"]["LAMBDALAKE_LAKEHOUSE_ENGINE"] == "delta-rs"
-    for key in ("LAMBDALAKE_LAKEHOUSE_ENGINE", "LAMBDALAKE_EVENT_SOURCE"):
+    for key in ("LAMBDALAKE_EVENT_SOURCE",):
         assert harness["lambdalake"][key] == services["generator"]["environment"][key]
 
 

@@ -39,32 +39,19 @@ class Day:
     options: TrafficOptions
 
 
-# The day, on each engine: three busy hours in hour-long micro-batches (a micro-batch costs seconds
-# however small, and delta-spark seconds per Delta commit); late events land beyond one of them.
+# The day: three busy hours in hour-long micro-batches (a micro-batch costs seconds however
+# small); late events land beyond one of them.
 # The seed is chosen so that every feature the tests check occurs.
 DAY_STREAMED = Day(3, 4, 25, TrafficOptions(orders_per_hour=300, late_fraction=0.05, duplicate_fraction=0.02,
                                             corrupt_fraction=0.01, late_beyond=timedelta(hours=1)))
-# The lake engine, then the pass and batch engines: the default (the driver's, on this local
-# master), and Spark's on delta-spark (a cluster's pair) and on delta-rs.
-ENGINES = ["delta-rs", "delta-spark+spark", "delta-rs+spark"]
-
-
-@pytest.fixture(scope="module", params=ENGINES)
-def lake(request, spark, tmp_path_factory):
-    """The day streamed on each engine: every test below runs on each (but the merge rule's)."""
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory):
+    """The day streamed once: every test below reads it (but the merge rule's)."""
     from include.config import load_settings
-    from include.spark import delta_spark_unavailable_reason
 
     day = DAY_STREAMED
-    lakehouse_engine, _, pass_engine = request.param.partition("+")
     settings = load_settings(home=tmp_path_factory.mktemp("e2e") / "home", spark_master="local[2]",
-                             shuffle_partitions=2, max_files_per_trigger=day.max_files_per_trigger,
-                             lakehouse_engine=lakehouse_engine, pass_engine=pass_engine or "auto",
-                             batch_engine=pass_engine or "auto")
-    reason = delta_spark_unavailable_reason(settings) if lakehouse_engine == "delta-spark" else None
-    if reason:
-        print(f"SKIP delta-spark engine: {reason}")
-        pytest.skip(f"delta-spark engine: {reason}")
+                             shuffle_partitions=2, max_files_per_trigger=day.max_files_per_trigger)
     result = generate(settings, START, day.hours, day.options, seed=day.seed, file_minutes=15, progress=False)
     store = run_stream(settings, available_now=True)
     return settings, store, result
@@ -329,9 +316,7 @@ def test_batch_equals_truth_exactly(lake, batched):
     assert len(ServingEngine(settings).rows("SELECT * FROM recovered_late_matches")) == recovered["batch_value"]
 
 
-# Three more stream runs and three batch runs; what differs per engine here (replacing a day's
-# partitions, reading the coverage) is tested on both engines in test_lakehouse_store.
-@pytest.mark.parametrize("lake", ["delta-rs"], indirect=True)
+# Last: it streams more days onto the module's lake.
 def test_merge_rule_idempotency_backfill_and_restatement(lake, batched):
     settings, store, _ = lake
     batched_rows = served_day(settings)

@@ -72,12 +72,11 @@ def test_odd_bytes_go_to_the_dlq_with_reasons_and_disturb_nothing(spark, tmp_pat
     assert huge_row[1].startswith("line too long: ") and huge_row[2] < 10_000  # the DLQ keeps its head only
 
 
-@pytest.mark.parametrize("pass_engine", ["spark", "duckdb"])
-def test_a_line_over_a_lowered_limit_goes_to_the_dlq_on_either_pass(spark, tmp_path, pass_engine):
-    """LAMBDALAKE_MAX_LINE_BYTES below the default reaches the parser on both passes: a line valid
-    under the default but over the limit is rejected, and its reason names the limit."""
+def test_a_line_over_a_lowered_limit_goes_to_the_dlq(spark, tmp_path):
+    """LAMBDALAKE_MAX_LINE_BYTES below the default reaches the parser: a line valid under the
+    default but over the limit is rejected, and its reason names the limit."""
     settings = load_settings(home=tmp_path / "home", spark_master="local[2]", shuffle_partitions=2,
-                             speed_views="revenue_by_category_5m", max_line_bytes=512, pass_engine=pass_engine)
+                             speed_views="revenue_by_category_5m", max_line_bytes=512)
     long_line = json.dumps(click("c-long", page="/" + "p" * 600)).encode()
     land(settings, "clicks", "limit", b"\n".join([json.dumps(click("c-short")).encode(), long_line]) + b"\n")
 

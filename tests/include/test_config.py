@@ -10,7 +10,6 @@ from include.config import ConfigError, load_settings, parse_duration, spark_int
 def test_defaults(settings):
     assert settings.watermark_delay == timedelta(minutes=10)
     assert settings.join_window == timedelta(hours=1)
-    assert settings.lakehouse_engine == "auto"
     assert settings.spark_master == "local[2]"
     assert settings.landing_dir == settings.home / "landing"
     assert settings.truth_dir == settings.home / "truth"
@@ -36,8 +35,8 @@ def test_environment_is_read_and_home_override_wins(tmp_path, monkeypatch):
          "invalid setting LAMBDALAKE_WATERMARK_DELAY=soon: watermark delay must be a duration like '10 minutes', "
          "got 'soon'"),
         ("JOIN_WINDOW", "0s", "invalid setting LAMBDALAKE_JOIN_WINDOW=0s: join window must be positive, got '0s'"),
-        ("LAKEHOUSE_ENGINE", "iceberg",
-         "invalid setting LAMBDALAKE_LAKEHOUSE_ENGINE=iceberg: Input should be 'auto', 'delta-rs' or 'delta-spark'"),
+        ("EVENT_SOURCE", "mqtt",
+         "invalid setting LAMBDALAKE_EVENT_SOURCE=mqtt: Input should be 'landing', 'kafka' or 'rate'"),
         ("SHUFFLE_PARTITIONS", "0",
          "invalid setting LAMBDALAKE_SHUFFLE_PARTITIONS=0: Input should be greater than or equal to 1"),
         ("STREAM_SHUFFLE_PARTITIONS", "0",

@@ -1,4 +1,5 @@
-"""The lakehouse store, against real Delta tables, on every engine that can run here."""
+"""The lakehouse store against real Delta tables: delta-spark for the pipeline's tables, delta-rs
+for the ops tables (and every read without a JVM)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from deltalake import DeltaTable
 from pyspark.sql.types import DateType, DoubleType, LongType, StringType, StructField, StructType, TimestampType
 from pyspark.testing import assertDataFrameEqual
 
-from include.lakehouse import CommitConflictError, TableNotFound, Txn, open_store
+from include import tables
+from include.lakehouse import CommitConflictError, LakehouseError, TableNotFound, Txn, open_reader, open_store
 from include.lakehouse.delta_rs import DeltaRsStore, read_table_file, table_files
-from include.spark import delta_spark_unavailable_reason
 
 SCHEMA = StructType(
     [
@@ -31,14 +32,17 @@ T0 = datetime(2026, 11, 20, 10, 0, tzinfo=timezone.utc)
 D1, D2 = date(2026, 11, 20), date(2026, 11, 21)
 
 
-@pytest.fixture(params=["delta-rs", "delta-spark"])
-def store(request, spark, settings):
-    if request.param == "delta-spark":
-        reason = delta_spark_unavailable_reason(settings)
-        if reason:
-            print(f"SKIP delta-spark engine: {reason}")
-            pytest.skip(f"delta-spark engine: {reason}")
-    return open_store(settings, spark, engine=request.param)
+@pytest.fixture
+def store(spark, settings):
+    return open_store(settings, spark)
+
+
+def arrow(*ids):
+    return pa.table({
+        "id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids]),
+        "amount": pa.array([1.0] * len(ids)), "ts": pa.array([T0] * len(ids), pa.timestamp("us", "UTC")),
+        "date": pa.array([D1] * len(ids), pa.date32()),
+    })
 
 
 def rows(spark, *values):
@@ -224,9 +228,12 @@ class Lockstep(DeltaRsStore):
         return table
 
 
+OPS = tables.SUPERVISOR_EVENTS  # a table delta-rs writes
+
+
 def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, caplog):
-    store = Lockstep(spark, settings.lakehouse_dir, commit_retries=5, backoff_seconds=0.05)
-    name = make_table(store)
+    store = Lockstep(settings.lakehouse_dir, commit_retries=5, backoff_seconds=0.05)
+    name = make_table(store, OPS)
     # Interleaved keys: each merge's read range (the min to the max of its keys) holds rows the
     # other writer adds, so the two truly conflict (disjoint ranges would both commit at once).
     batches = [rows(spark, (i, f"w{i}", 1.0, T0, D1), (i + 2, f"w{i}", 1.0, T0, D1)) for i in range(2)]
@@ -235,7 +242,7 @@ def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, capl
     def writer(i: int) -> None:
         try:
             for version in range(3):
-                batch = batches[i].selectExpr(f"id + {10 * version} as id", "name", "amount", "ts", "date")
+                batch = batches[i].selectExpr(f"id + {10 * version} as id", "name", "amount", "ts", "date").toArrow()
                 store.merge(name, batch, keys=["id"], txn=Txn(f"writer-{i}", version))
         except BaseException as exc:  # surfaced below
             errors.append(exc)
@@ -246,7 +253,7 @@ def test_two_concurrent_writers_both_succeed_through_retry(spark, settings, capl
     for thread in threads:
         thread.join()
     assert errors == []
-    assert store.read(name).count() == 12
+    assert store.select_arrow(name, ["id"]).num_rows == 12
     assert store.txn_version(name, "writer-0") == store.txn_version(name, "writer-1") == 2
     conflicts = [r for r in caplog.records if "concurrent commit conflict" in r.message]
     assert len(conflicts) >= 3  # one per round
@@ -260,10 +267,10 @@ class AlwaysConflicting(DeltaRsStore):
 
 
 def test_persistent_conflict_raises_clear_error(spark, settings, caplog):
-    store = AlwaysConflicting(spark, settings.lakehouse_dir, commit_retries=2, backoff_seconds=0.01)
-    store.ensure_table("t", SCHEMA)
-    with pytest.raises(CommitConflictError, match=r"append to 't' still conflicted after 3 attempts"):
-        store.append("t", rows(spark, (1, "a", 1.0, T0, D1)))
+    store = AlwaysConflicting(settings.lakehouse_dir, commit_retries=2, backoff_seconds=0.01)
+    store.ensure_table(OPS, SCHEMA)
+    with pytest.raises(CommitConflictError, match=rf"append to '{OPS}' still conflicted after 3 attempts"):
+        store.append(OPS, arrow(1))
     assert sum("concurrent commit conflict" in r.message for r in caplog.records) == 2
 
 
@@ -285,132 +292,13 @@ def test_append_split_writes_each_value_to_its_table_once(store, spark):
     assert store.partition_row_counts("split_a", "date") == {D1: 1, None: 1}
 
 
-def test_a_spark_append_is_written_by_the_executors_and_committed_once(spark, settings):
-    store = open_store(settings, spark, engine="delta-rs")
-    name = make_table(store)
-    batch = rows(spark, (1, "x", 1.0, T0, D1), (2, "y", 2.0, T0, D2))
-    assert store.append(name, batch, Txn("q", 7)) is True
-    assert store.append(name, batch, Txn("q", 7)) is False
-    table = DeltaTable(store.path(name))
-    assert table.transaction_version("q") == 7 and table.version() == 1
-    assert not list((store.root / name / "_staging").glob("*/*"))  # staging emptied
-    assertDataFrameEqual(store.read(name), batch)
-
-
-def test_a_store_keeps_tables_open_and_sees_every_other_writers_commits(spark, settings):
-    """Handles stay open between calls (per thread) and read only new log entries: another
-    writer's appends, merges, compaction and vacuum must all show."""
-    import pyarrow as pa
-
-    def arrow(*ids):
-        return pa.table({
-            "id": pa.array(ids, pa.int64()), "name": pa.array([f"n{i}" for i in ids]),
-            "amount": pa.array([1.0] * len(ids)), "ts": pa.array([T0] * len(ids), pa.timestamp("us", "UTC")),
-            "date": pa.array([D1] * len(ids), pa.date32()),
-        })
-
-    ours, theirs = DeltaRsStore(spark, settings.lakehouse_dir), DeltaRsStore(spark, settings.lakehouse_dir)
-    name = make_table(ours)
-    assert ours.append(name, arrow(1), Txn("ours", 0))
-    assert not ours.is_committed(name, Txn("theirs", 0))  # our handle is open now
-    assert theirs.append(name, arrow(2), Txn("theirs", 0))
-    theirs.merge(name, arrow(2, 3), keys=["id"], txn=Txn("theirs", 1))
-    assert ours.is_committed(name, Txn("theirs", 1))
-    assert ours.version(name) == theirs.version(name) == 3
-    assert ours.append(name, arrow(4), Txn("ours", 1))  # builds on their commits
-    assert sorted(ours.select_arrow(name, ["id"]).column("id").to_pylist()) == [1, 2, 3, 4]
-
-    theirs.optimize(name)
-    theirs.vacuum(name, retention_hours=0)  # the files our handle listed before are gone
-    assert ours.read(name).count() == 4
-    seen = []
-    thread = threading.Thread(target=lambda: seen.append(ours.version(name)))  # a handle of its own
-    thread.start()
-    thread.join()
-    assert seen == [ours.version(name)] == [theirs.version(name)]
-
-
-def test_a_merged_table_rewrites_only_the_files_near_its_matches(spark, settings):
-    """Speed tables take a merge every micro-batch. A merge rewrites each file holding a matched
-    row; in small files (``tables.MERGED_TABLE_PROPERTIES``) that is the newest few, not the table."""
-    import uuid
-
-    import pyarrow as pa
-
-    from include import tables
-
-    store = DeltaRsStore(spark, settings.lakehouse_dir)
-    name = "merged"
-    store.ensure_table(name, SCHEMA, partition_by=["date"], properties=tables.MERGED_TABLE_PROPERTIES)
-
-    def arrow(ids):
-        return pa.table({
-            "id": pa.array(ids, pa.int64()), "name": pa.array([uuid.uuid4().hex for _ in ids]),
-            "amount": pa.array([1.0] * len(ids)), "ts": pa.array([T0] * len(ids), pa.timestamp("us", "UTC")),
-            "date": pa.array([D1] * len(ids), pa.date32()),
-        })
-
-    batch = 10_000
-    for number in range(12):  # each batch: new keys, and an update of every 20th key of the one before
-        ids = list(range(number * batch, (number + 1) * batch)) + list(range((number - 1) * batch, number * batch, 20))
-        store.merge(name, arrow(ids if number else ids[:batch]), keys=["id"], txn=Txn("merges", number))
-    last = DeltaTable(store.path(name)).history(1)[0]["operationMetrics"]
-    assert last["num_target_rows_updated"] == batch // 20
-    assert last["num_target_rows_copied"] < 4 * batch  # of 110,000 stored rows
-    assert len(DeltaTable(store.path(name)).file_uris()) >= 3
-    assert DeltaTable(store.path(name)).to_pyarrow_dataset().count_rows() == 12 * batch
-
-
-def test_a_rewrite_replaces_files_in_one_commit_on_the_files_a_compaction_left(spark, settings):
-    """``rewrite`` plans and commits under the table's lock, which a compaction takes too: a
-    rewrite waiting behind one plans on the compacted file, never on the files it replaced (delta-rs
-    would commit their removal again, and their rows would be there twice). Its files carry the
-    statistics readers skip files by; a replayed txn commits nothing."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from include.lakehouse import Rewrite
-
-    store = DeltaRsStore(spark, settings.lakehouse_dir)
-    name = make_table(store)
-    for number in range(2):
-        store.append(name, rows(spark, (number, f"n{number}", 1.0, T0, D1)), Txn("appends", number))
-    planned = []
-
-    def plan(files):  # every row again, plus one
-        planned.append([file.path for file in files])
-        stored = store.read_files(name, files)
-        more = stored.slice(0, 1).set_column(0, "id", pa.array([9], pa.int64()))
-        return Rewrite(removed=files, rows=[pa.concat_tables([stored, more])])
-
-    path = store.path(name)
-    with store._locked(path):
-        rewrite = threading.Thread(target=store.rewrite, args=(name, "ts", plan, Txn("rewrites", 0)))
-        rewrite.start()
-        time.sleep(0.5)
-        assert rewrite.is_alive() and not planned  # waits for the lock
-        DeltaTable(path).optimize.compact()  # a compaction holding the lock (as _do_optimize does)
-    rewrite.join(30)
-    compacted = DeltaTable(path).history(2)[1]["operation"]
-    assert compacted == "OPTIMIZE" and len(planned) == 1 and len(planned[0]) == 1
-    assert sorted(store.select_arrow(name, ["id"]).column("id").to_pylist()) == [0, 1, 9]
-    assert store.rewrite(name, "ts", plan, Txn("rewrites", 0)) == []  # a replay
-    assert len(planned) == 1
-    (file,) = table_files(store._latest(path), "ts")
-    assert (file.low, file.high, dict(file.partition)) == (T0, T0, {"date": "2026-11-20"})
-    assert pc.sum(store.select_arrow(name, ["amount"], "ts > CAST('2026-11-20T10:00:00Z' AS TIMESTAMP)")
-                  .column("amount")).as_py() is None
-
-
 def test_ensure_table_gives_an_existing_table_new_properties(store, spark):
-    from include import tables
-
     name = make_table(store)
-    assert store.ensure_table(name, SCHEMA, ["date"], tables.MERGED_TABLE_PROPERTIES) is False
+    assert store.ensure_table(name, SCHEMA, ["date"], tables.STREAM_TABLE_PROPERTIES) is False
     configuration = DeltaTable(store.path(name)).metadata().configuration
-    assert {k: configuration.get(k) for k in tables.MERGED_TABLE_PROPERTIES} == tables.MERGED_TABLE_PROPERTIES
+    assert {k: configuration.get(k) for k in tables.STREAM_TABLE_PROPERTIES} == tables.STREAM_TABLE_PROPERTIES
     version = store.version(name)
-    store.ensure_table(name, SCHEMA, ["date"], tables.MERGED_TABLE_PROPERTIES)
+    store.ensure_table(name, SCHEMA, ["date"], tables.STREAM_TABLE_PROPERTIES)
     assert store.version(name) == version  # nothing to change: no commit
 
 
@@ -428,35 +316,7 @@ def test_ensure_table_gives_an_existing_table_the_columns_it_lacks(store, spark)
     assert store.version(name) == version  # nothing to add: no commit
 
 
-@pytest.mark.parametrize("first, second", [("delta-rs", "delta-spark"), ("delta-spark", "delta-rs")])
-def test_a_table_moves_between_the_engines(spark, settings, first, second):
-    """A table one engine created and wrote, the other reads (also as of a version), appends to,
-    merges into and replaces a partition of, keeping the first's txn record: the same Delta protocol."""
-    reason = delta_spark_unavailable_reason(settings)
-    if reason:
-        print(f"SKIP delta-spark engine: {reason}")
-        pytest.skip(f"delta-spark engine: {reason}")
-    writer, other = open_store(settings, spark, engine=first), open_store(settings, spark, engine=second)
-    name = make_table(writer)
-    assert writer.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)), Txn("q", 0))
-
-    assertDataFrameEqual(other.read(name), rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)))
-    assert other.is_committed(name, Txn("q", 0))
-    assert other.append(name, rows(spark, (9, "x", 9.0, T0, D1)), Txn("q", 0)) is False  # the first's txn holds
-    assert other.append(name, rows(spark, (3, "c", 3.0, T0, D1)), Txn("q", 1)) is True
-    other.merge(name, rows(spark, (1, "a2", 1.5, T0, D1), (4, "d", 4.0, T0, D2)), keys=["id"], txn=Txn("m", 0))
-    other.replace_partition(name, rows(spark, (5, "e", 5.0, T0, D2)), {"date": D2})
-
-    expected = rows(spark, (1, "a2", 1.5, T0, D1), (3, "c", 3.0, T0, D1), (5, "e", 5.0, T0, D2))
-    assertDataFrameEqual(writer.read(name), expected)  # and back: the first reads the second's commits
-    assertDataFrameEqual(writer.read(name, version=1), rows(spark, (1, "a", 1.0, T0, D1), (2, None, None, None, D2)))
-    assert writer.append(name, rows(spark, (6, "f", 6.0, T0, D1)), Txn("q", 2)) is True
-    assert other.read(name).count() == 4
-    assert [commit.version for commit in other.history(name)] == [5, 4, 3, 2, 1, 0]
-    assert DeltaTable(writer.path(name)).transaction_version("q") == 2
-
-
-def test_a_table_read_file_by_file_equals_the_table_whichever_engine_wrote_it(store, spark):
+def test_a_table_read_file_by_file_equals_the_table(store, spark):
     """What serve does: each file of the log, with its partition values (delta-spark's files hold
     them as well) and a column added after it was written."""
     name = make_table(store)
@@ -473,23 +333,24 @@ def test_a_table_read_file_by_file_equals_the_table_whichever_engine_wrote_it(st
     assert {file.partition["date"] for file in files} == {str(D1), str(D2)}
 
 
-def test_select_arrow_needs_no_spark_session_whichever_engine_writes(store, spark, settings):
-    """The nightly run's checks and the speed layer's state reads start no Spark application."""
+def test_select_arrow_needs_no_spark_session(store, spark, settings):
+    """The nightly run's checks, serving and the speed layer's state reads start no Spark application."""
     name = make_table(store)
     store.append(name, rows(spark, (1, "a", 1.0, T0, D1), (2, "b", 2.0, T0, D2), (3, None, None, None, D2)))
 
     def no_session():
         raise AssertionError("select_arrow started a Spark session")
 
-    reader = open_store(settings, spark=no_session, engine=store.engine)
+    assert open_store(settings, spark=no_session).select_arrow(name, ["id"]).num_rows == 3
+    reader = open_reader(settings)
     chosen = reader.select_arrow(name, ["id", "date"], f"date = CAST('{D2.isoformat()}' AS DATE) AND name IS NOT NULL")
     assert chosen.to_pylist() == [{"id": 2, "date": D2}]
     assert chosen.schema.field("date").type == pa.date32()
 
 
 def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
-    """What the pass's state deletes (``sql_literal``): delta-rs cannot compare a UTC timestamp
-    column with ``CAST(... AS TIMESTAMP)`` in a delete; a string literal works on both engines."""
+    """What the pass's state deletes (``sql_literal``): a UTC timestamp column compared with a
+    string literal."""
     from datetime import timedelta
 
     from include.lakehouse.base import sql_literal
@@ -500,80 +361,13 @@ def test_a_delete_before_an_instant_given_as_a_string_literal(store, spark):
     assert [row["id"] for row in store.read(name).collect()] == [2]
 
 
-def test_arrow_appends_carry_statistics_readers_accept(spark, settings):
-    """delta-rs appends write their own files: min and max to the millisecond, rounded outwards,
-    whole long strings (delta-rs' reader filters out a file whose column lacks them), no null
-    count for a nested column (Delta nests those, and delta-rs refuses a table whose log has one
-    flat); a checkpoint and filtered reads work."""
-    import json
-
-    import pyarrow as pa
-
-    store = DeltaRsStore(spark, settings.lakehouse_dir)
-    schema = StructType([StructField("ts", TimestampType()), StructField("x", DoubleType()),
-                         StructField("source", StringType()),
-                         StructField("after", StructType([StructField("id", LongType())])),
-                         StructField("date", DateType())])
-    store.ensure_table("nested", schema, partition_by=["date"])
-    moments = [T0.replace(microsecond=123456), T0.replace(second=1)]
-    source = "file:///a/landing/folder/with/a/name/longer/than/thirty-two.jsonl"
-    rows = pa.table({"ts": pa.array(moments, pa.timestamp("us", "UTC")), "x": [1.0, float("nan")],
-                     "source": [source, source],
-                     "after": pa.array([{"id": 1}, None]), "date": pa.array([D1, D1], pa.date32())})
-    for number in range(2):
-        store.append("nested", rows, Txn("appends", number))
-    path = store.path("nested")
-    DeltaTable(path).create_checkpoint()
-    log = (Path(path) / "_delta_log" / "00000000000000000001.json").read_text().splitlines()
-    (stats,) = [json.loads(action["add"]["stats"]) for action in map(json.loads, log) if "add" in action]
-    assert stats["minValues"] == {"ts": "2026-11-20T10:00:00.123Z", "x": 1.0, "source": source}
-    assert stats["maxValues"] == {"ts": "2026-11-20T10:00:01.000Z", "x": 1.0, "source": source}
-    assert "after" not in stats["nullCount"]
-    assert store.select_arrow("nested", ["x"], "ts > CAST('2026-11-20T10:00:00.5Z' AS TIMESTAMP)").num_rows == 2
-    assert DeltaTable(path).to_pyarrow_table(columns=["x"], filters=[("source", "in", [source])]).num_rows == 4
-
-
-def test_appends_write_their_own_log_entries_race_for_versions_and_checkpoint(spark, settings):
-    """delta-rs' appends write their log entries themselves (a hard link takes the version).
-    Two writers appending at once both land every row, once; a checkpoint comes every 100
-    versions; a fresh reader, and a new store, see every row and transaction id."""
-    import pyarrow as pa
-
-    def arrow(i):
-        return pa.table({"id": pa.array([i], pa.int64()), "name": [f"n{i}"], "amount": [1.0],
-                         "ts": pa.array([T0], pa.timestamp("us", "UTC")), "date": pa.array([D1], pa.date32())})
-
-    ours, theirs = DeltaRsStore(spark, settings.lakehouse_dir), DeltaRsStore(spark, settings.lakehouse_dir)
-    name = make_table(ours)
-
-    def appends(store, app, ids):
-        for i in ids:
-            assert store.append(name, arrow(i), Txn(app, i))
-
-    with ThreadPoolExecutor(2) as pool:
-        both = [pool.submit(appends, ours, "ours", range(0, 120, 2)),
-                pool.submit(appends, theirs, "theirs", range(1, 120, 2))]
-        [writer.result() for writer in both]
-    assert not ours.append(name, arrow(118), Txn("ours", 118))  # committed: skipped
-    log = Path(ours.path(name)) / "_delta_log"
-    assert (log / f"{100:020d}.checkpoint.parquet").exists()
-    assert not list(log.glob(".*.tmp"))
-    fresh = DeltaTable(ours.path(name))
-    assert fresh.version() == 120
-    assert sorted(fresh.to_pyarrow_table().column("id").to_pylist()) == list(range(120))
-    assert fresh.transaction_version("ours") == 118 and fresh.transaction_version("theirs") == 119
-    later = DeltaRsStore(spark, settings.lakehouse_dir)
-    assert later.is_committed(name, Txn("theirs", 119)) and not later.is_committed(name, Txn("theirs", 120))
-    assert sorted(ours.select_arrow(name, ["id"]).column("id").to_pylist()) == list(range(120))
-
-
 def test_a_newer_version_is_found_in_the_log_also_once_its_entries_are_cleaned_up(spark, settings):
     """Handles are refreshed only when the log has a newer version: the next entry, or a
     checkpoint after it (entries before a checkpoint are deleted once older than the log's
     retention)."""
     from include.lakehouse.base import has_newer_version
 
-    store = DeltaRsStore(spark, settings.lakehouse_dir)
+    store = open_store(settings, spark)
     name = make_table(store)
     path = store.path(name)
     assert not has_newer_version(path, 0)
@@ -582,3 +376,26 @@ def test_a_newer_version_is_found_in_the_log_also_once_its_entries_are_cleaned_u
     DeltaTable(path).create_checkpoint()
     (Path(path) / "_delta_log" / f"{1:020d}.json").unlink()  # as a cleanup would
     assert has_newer_version(path, 0) and not has_newer_version(path, 1)
+
+
+def test_delta_rs_writes_the_ops_tables_only(settings):
+    """One writing engine per table: delta-rs (processes without a JVM) refuses a pipeline table,
+    and records a transaction id once."""
+    reader = open_reader(settings)
+    with pytest.raises(LakehouseError, match="table 'events' is written by Spark"):
+        reader.ensure_table("events", SCHEMA, partition_by=["date"])
+    make_table(reader, OPS)
+    assert reader.append(OPS, arrow(1, 2), Txn("q", 0)) is True
+    assert reader.append(OPS, arrow(1, 2), Txn("q", 0)) is False
+    reader.merge(OPS, arrow(2, 3), keys=["id"], txn=Txn("q", 1))
+    assert sorted(reader.select_arrow(OPS, ["id"]).column("id").to_pylist()) == [1, 2, 3]
+    assert DeltaTable(reader.path(OPS)).transaction_version("q") == 1
+    assert [commit.operation for commit in reader.history(OPS)][:2] == ["MERGE", "WRITE"]
+
+
+def test_every_commit_of_the_pipeline_store_names_delta_spark(store, spark):
+    name = make_table(store)
+    store.append(name, rows(spark, (1, "a", 1.0, T0, D1)), Txn("q", 0))
+    store.merge(name, rows(spark, (1, "b", 2.0, T0, D1)), keys=["id"], txn=Txn("q", 1))
+    engines = {entry.get("engineInfo", "") for entry in DeltaTable(store.path(name)).history()}
+    assert engines and all(engine.startswith("Apache-Spark/") and "Delta-Lake/" in engine for engine in engines)

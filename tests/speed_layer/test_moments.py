@@ -5,8 +5,10 @@ Silver gives the same as the one that kept them."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -15,11 +17,19 @@ from include import tables
 from include.lakehouse import Txn, open_store
 from include.registry import Lookback
 from include.views.alerting import ANOMALY
-from include.views.sql import duckdb_rows
 from speed_layer.moments import Moments
 from speed_layer.recent import RecentEvents
 
 SPAN = 900_000_000  # 15 minutes, in microseconds
+
+
+def duckdb_rows(sql, tables):
+    """SQL over Arrow tables named by ``{name}`` placeholders, by DuckDB: the window the moments
+    must equal, computed by another engine than the one under test."""
+    connection = duckdb.connect()
+    for name, table in tables.items():
+        connection.register(name, table)
+    return connection.sql(re.sub(r"\{(\w+)\}", r"\1", sql)).to_arrow_table()
 
 
 def window(entities, micros, values, fresh):

@@ -20,7 +20,7 @@ from deltalake import DeltaTable
 from include import tables
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
-from include.lakehouse import open_store
+from include.lakehouse import open_reader, open_store
 from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
 from speed_layer import gold, ingest
@@ -31,7 +31,6 @@ from speed_layer.runner import (
     CACHE_COMPRESSED,
     NO_DATA_BATCHES,
     SHUFFLE_PARTITIONS,
-    keep_pass_engine,
     query_trigger_intervals,
     run_stream,
     stream_shuffle_partitions,
@@ -83,31 +82,7 @@ def test_an_unknown_speed_view_is_a_usage_error_before_spark_starts(settings, ca
     assert "LAMBDALAKE_VIEW_TRIGGERS=sessions=5s: unknown view 'sessions'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("began", "now"), [("spark", "duckdb"), ("duckdb", "spark")])
-def test_another_pass_engine_on_a_home_is_refused_before_spark_starts(settings, capsys, monkeypatch, began, now):
-    """Spark cannot restart the ingest query with its dedup added or taken away (the Spark pass
-    keeps it in a state store, the driver pass in memory): a clear error instead of Spark's."""
-    from lambdalake.cli import main
-
-    checkpoint = settings.checkpoints_dir / "speed_ingest"
-    (checkpoint / "commits").mkdir(parents=True)
-    (checkpoint / "commits" / "0").write_text("v1\n{}\n")
-    if began == "spark":
-        (checkpoint / "state").mkdir()
-    monkeypatch.setenv("LAMBDALAKE_PASS_ENGINE", now)
-    assert main(["stream", "--home", str(settings.home)]) == 2
-    assert f"LAMBDALAKE_PASS_ENGINE={now}: the stream of {settings.home} began with LAMBDALAKE_PASS_ENGINE={began}" \
-        in capsys.readouterr().err
-    # Left to choose (`auto`: the driver on a local master, Spark on a cluster), it keeps the home's.
-    for master in ("local[2]", "spark://master:7077"):
-        chosen = settings.model_copy(update={"pass_engine": "auto", "spark_master": master})
-        assert chosen.pass_on_driver == (master == "local[2]")
-        assert keep_pass_engine(chosen).pass_on_driver == (began == "duckdb")
-
-
 def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(settings):
-    settings = settings.model_copy(update={"pass_engine": "spark"})  # a Bronze query of its own
-
     def bronze_interval(**update):
         return query_trigger_intervals(settings.model_copy(update=update))["speed_bronze"]
 
@@ -118,19 +93,11 @@ def test_bronze_refreshes_every_10_seconds_unless_told_or_the_trigger_is_longer(
     # Every query the runner starts has its interval here.
     assert set(query_trigger_intervals(settings)) == {
         "speed_bronze", "speed_ingest", *(v.speed_query for v in VIEWS_BY_NAME.values() if not v.in_ingest_pass)}
-    # With the pass on the driver, ingest writes Bronze from its own micro-batch: no Bronze query.
-    on_driver = settings.model_copy(update={"pass_engine": "duckdb"})
-    assert set(query_trigger_intervals(on_driver)) == {"speed_ingest", "speed_revenue_by_segment_1h"}
 
 
-@pytest.mark.parametrize(("pass_engine", "rows_per_task"),
-                         [("spark", ingest.ROWS_PER_WRITE_TASK), ("spark", 1), ("duckdb", None)],
-                         ids=["Spark, one task", "Spark, a task per core", "the driver"])
-def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, pass_engine,
-                                                               rows_per_task):
-    settings = settings.model_copy(update={"pass_engine": pass_engine})
-    if rows_per_task:
-        monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
+@pytest.mark.parametrize("rows_per_task", [ingest.ROWS_PER_WRITE_TASK, 1], ids=["one task", "a task per core"])
+def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, land, monkeypatch, rows_per_task):
+    monkeypatch.setattr(ingest, "ROWS_PER_WRITE_TASK", rows_per_task)
     lines = {"orders": [order(f"o{i}", i) for i in range(6)],
              "payments": [payment("p1", "o1", 2), payment("p2", "o4", 9)]}
     for topic, rows in lines.items():
@@ -146,7 +113,7 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
         assert [file.name for file in files] == ["000000000000.parquet"]
         fed = spark.read.parquet(str(files[0])).select(f"{ingest.record_column(topic)}.*").collect()
         assert sorted(row[0] for row in fed) == sorted(line[f"{topic[:-1]}_id"] for line in rows)
-    assert not any((settings.feeds_dir / "_staging").glob("*"))  # the Spark pass's
+    assert not any((settings.feeds_dir / "_staging").glob("*"))
 
 
 def test_a_log_file_a_killed_run_left_half_written_does_not_stop_the_restart(spark, settings, land):
@@ -238,9 +205,7 @@ def test_a_payment_before_its_order_waits_for_it_also_across_a_restart(spark, se
     assert status == {"o1": ("paid", "p1"), "o0": ("paid", "p0"), "o7": ("pending", None)}
 
 
-@pytest.mark.parametrize("pass_engine", ["spark", "duckdb"])  # dedup in Spark's state store, or on the driver
-def test_accounting_on_generated_data(spark, settings, pass_engine):
-    settings = settings.model_copy(update={"pass_engine": pass_engine})
+def test_accounting_on_generated_data(spark, settings):
     options = TrafficOptions(duplicate_fraction=0.05, corrupt_fraction=0.03, late_fraction=0.03, orders_per_hour=100)
     ledger = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1.5, options, seed=3, file_minutes=15,
                       progress=False).ledger
@@ -266,9 +231,8 @@ def test_accounting_on_generated_data(spark, settings, pass_engine):
     assert ingested.where("batch_id > 0 AND watermark IS NULL").count() == 0
     # The queries started with their own settings (ingest's cache uncompressed, the stream's
     # partitions, kept in the checkpoint); the session, which a batch job may share, keeps its own.
-    # On the driver's landing reader ingest is no Spark query: its plans carry no Spark settings.
     offsets = (settings.checkpoints_dir / ingest.QUERY / "offsets" / "0").read_text().splitlines()
-    assert json.loads(offsets[1])["conf"].get(SHUFFLE_PARTITIONS) == ("1" if pass_engine == "spark" else None)
+    assert json.loads(offsets[1])["conf"].get(SHUFFLE_PARTITIONS) == "1"
     assert spark.conf.get(CACHE_COMPRESSED) == "true"
     assert spark.conf.get(SHUFFLE_PARTITIONS) == "2"
 
@@ -387,8 +351,8 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     assert metrics.count() >= 1
     row = metrics.first()
     assert json.loads(row["duration_ms"])["triggerExecution"] > 0 and row["batch_duration_ms"] > 0
-    # Spark's state rows, from the progress's operators: none, the driver pass drops copies itself.
-    assert row["state_rows"] == 0 and row["timestamp"] is not None
+    # Spark's state rows, from the progress's operators: the ids the dedup keeps.
+    assert row["state_rows"] > 0 and row["timestamp"] is not None
 
 
 def test_one_failed_query_fails_the_stream_while_the_others_run(spark, settings):
@@ -408,5 +372,5 @@ def test_one_failed_query_fails_the_stream_while_the_others_run(spark, settings)
     failing = started("failing", rate.writeStream.foreachBatch(fail))
     began = time.monotonic()
     with pytest.raises(StreamFailed, match="streaming query 'failing' failed: .*a micro-batch that cannot be written"):
-        _supervise([failing, running], StreamMetrics(open_store(settings, spark), settings.run_dir), threading.Event())
+        _supervise([failing, running], StreamMetrics(open_reader(settings), settings.run_dir), threading.Event())
     assert not running.isActive and time.monotonic() - began < 60

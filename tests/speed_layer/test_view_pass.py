@@ -14,7 +14,6 @@ import pytest
 from pyspark.sql import functions as F
 
 from include.lakehouse import Txn, open_store
-from include.lakehouse.delta_rs import table_files
 from include.registry import ViewContext, column_names
 from include.views import VIEWS_BY_NAME
 from speed_layer.recent import RecentEvents, horizons
@@ -37,12 +36,6 @@ def order(order_id, minute, user="u1", category="books", amount=10.0, hour=10):
 
 def payment(payment_id, order_id, minute, hour=10, amount=10.0):
     return (payment_id, order_id, amount, "card", t(hour, minute), t(hour, minute))
-
-
-@pytest.fixture(params=["spark", "duckdb"])
-def settings(settings, request):
-    """Each test on both pass engines (``LAMBDALAKE_PASS_ENGINE``)."""
-    return settings.model_copy(update={"pass_engine": request.param})
 
 
 @pytest.fixture
@@ -96,50 +89,6 @@ def test_partials_of_micro_batches_merge_into_the_rows_of_all_their_events(spark
     assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(whole.collect())
     version = store.version(view.speed_table)
     run_pass([view.name], 1, orders=batches[1])  # a replay: its commit is there already
-    assert store.version(view.speed_table) == version
-
-
-def test_window_rows_stay_open_in_memory_a_file_per_window(spark, settings, run_pass):
-    """On the driver, revenue keeps a file per window and holds the open windows' rows; a
-    micro-batch rewrites the windows it touches only, and a window the watermark closes is let go.
-    A compaction between micro-batches and a new process read the files they need; the rows stay
-    the definition's."""
-    view = VIEWS_BY_NAME["revenue_by_category_5m"]
-    batches = [
-        dict(orders=[order("o1", 0, "u1"), order("o2", 1, "u2"), order("o3", 6, "u1", "toys")]),
-        dict(orders=[order("o4", 2, "u3"), order("o5", 7, "u2", "toys")], orders_after=t(10, 5)),  # closes 10:00
-        dict(orders=[order("o6", 8, "u1", "toys"), order("o7", 11, "u4")], orders_watermark=t(10, 5),
-             orders_after=t(10, 10)),  # closes 10:05
-        dict(orders=[order("o8", 12, "u4"), order("o9", 14, "u5")], orders_watermark=t(10, 10),
-             orders_after=t(10, 10), new_process=True),
-        dict(orders=[order("o10", 16, "u4")], orders_watermark=t(10, 10), orders_after=t(10, 10)),  # a window after
-    ]
-    open_rows = settings.pass_on_driver and open_store(settings, spark).rewrites_files
-
-    def windows(store):
-        """Each of the table's files as the windows it holds."""
-        files = table_files(store._latest(store.path(view.speed_table)), view.key_time)
-        return sorted(sorted({row["window_start"].minute for row in store.read_files(view.speed_table, [file])
-                              .to_pylist()}) for file in files)
-
-    for batch_id, batch in enumerate(batches):
-        store = run_pass([view.name], batch_id, **batch)
-        if batch_id == 1 and open_rows:
-            assert windows(store) == [[0], [5]]  # closed, open: a file each
-            store.optimize(view.speed_table)  # another writer's file: read again when touched
-            assert windows(store) == [[0, 5]]
-        if open_rows:
-            held = run_pass.view_pass.open_rows[view.name].held
-            assert sorted(sorted({row["window_start"].minute for row in rows.to_pylist()}) for rows in held.values()) \
-                == [[[0], [5]], [[5]], [[10]], [[10]], [[10], [15]]][batch_id]
-    if open_rows:  # the compacted file split again when its window 5 was touched; window 15 left 10's file alone
-        assert windows(store) == [[0], [5], [10], [15]]
-    events = [o for batch in batches for o in batch["orders"]]
-    whole = view({"orders": spark.createDataFrame(events, ORDERS)}, ViewContext(settings, exact=False))
-    assert sorted(store.read(view.speed_table).select(*view.columns).collect()) == sorted(
-        whole.select(*view.columns).collect())
-    version = store.version(view.speed_table)
-    run_pass([view.name], 4, **batches[4])  # a replay
     assert store.version(view.speed_table) == version
 
 
@@ -313,22 +262,39 @@ def test_views_on_an_interval_of_their_own_see_each_micro_batch_once(spark, tmp_
     from include.config import load_settings
     from include.generator import TrafficOptions, generate
     from include.schemas import TOPIC_NAMES
-    from speed_layer.ingest import IngestBatch
-    from speed_layer.landing_reader import read_lines
+    from include.views import speed_views
+    from pyspark.sql import functions as F
 
-    every = load_settings(home=tmp_path / "every", spark_master="local[2]", shuffle_partitions=2)
+    from speed_layer.ingest import QUERY, IngestBatch, record_topics, spark_parsed
+
+    # The two views on an interval, and one that runs with every micro-batch.
+    every = load_settings(home=tmp_path / "every", spark_master="local[2]", shuffle_partitions=2,
+                          speed_views="user_sessions,customers_history,revenue_by_category_5m")
     generate(every, t(0, 0), 2, TrafficOptions(orders_per_hour=60, corrupt_fraction=0), seed=7, file_minutes=15,
              progress=False)
     files = {topic: landed_files(every.landing_dir / topic, topic) for topic in TOPIC_NAMES}
-    batches = [read_lines([topic_files[k] for topic_files in files.values() if k < len(topic_files)])
-               for k in range(8)]
     spaced = every.model_copy(update={"home": tmp_path / "spaced"})
     start = t(12, 0)
 
+    def micro_batch(k):
+        """The ingest query's k-th micro-batch: the k-th file of each topic, parsed, as its
+        source reads them (ingested at its time; the generator lands no copies here)."""
+        raw = {topic: spark.read.text(str(topic_files[k].path)).select(
+                   F.lit(topic).alias("topic"), F.col("value").cast("binary").alias("value"),
+                   F.col("_metadata.file_path").alias("source"),
+                   F.col("_metadata.file_modification_time").alias("arrived_at"))
+               for topic, topic_files in files.items() if k < len(topic_files)}
+        parsed = spark_parsed(raw, record_topics(tuple(raw)))
+        return parsed.withColumn("ingested_at", F.lit(start + timedelta(seconds=10 * k)))
+
     def run(settings, continuous, batch_ids):
         ingest = IngestBatch(settings, open_store(settings, spark), TOPIC_NAMES, continuous)
-        for k in batch_ids:  # micro-batches 10 s apart
-            ingest.ingest_lines(batches[k], k, start + timedelta(seconds=10 * k), spark)
+        offsets = settings.checkpoints_dir / QUERY / "offsets"
+        offsets.mkdir(parents=True, exist_ok=True)
+        for k in batch_ids:  # micro-batches 10 s apart, their times in the offset log as Spark keeps them
+            at = int((start + timedelta(seconds=10 * k)).timestamp() * 1000)
+            (offsets / str(k)).write_text(f'v1\n{{"batchTimestampMs": {at}}}\n')
+            ingest(micro_batch(k), k)
         return ingest.store
 
     run(every, False, range(8))
@@ -342,7 +308,7 @@ def test_views_on_an_interval_of_their_own_see_each_micro_batch_once(spark, tmp_
     assert store.txn_version(sessions.speed_table, "speed_ingest") == 7
 
     reference = open_store(every, spark)
-    for view in VIEWS_BY_NAME.values():
+    for view in speed_views(every):
         if view.in_ingest_pass:
             columns = column_names(view.speed_fields)
             assert sorted(store.read(view.speed_table).select(*columns).collect()) == sorted(
