@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from batch_layer.nightly import require_bronze, run_batch
     from batch_layer.reconcile import reconcile_day
     from batch_layer.recompute import recompute_day
+    from include.coverage import mark_rerun_started
     from include.lakehouse import open_store
 
     args = parse_args(argv)
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(settings)
     require_bronze(store, settings)
     if args.step == "recompute":
+        mark_rerun_started(store, args.date)  # before any partition is replaced: see include/coverage.py
         print(recompute_day(store, settings, args.date))
     elif args.step == "reconcile":
         print(reconcile_day(store, settings, args.date))
