@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
-from include.lakehouse.base import sql_literal
+from include.lakehouse.base import log_entry, sql_literal
 from include.views import VIEWS, days_read
 
 
@@ -135,6 +135,26 @@ class Publication:
         """Days whose partition comes from an older version than :meth:`version`, and that version."""
         newest = self.versions.get(table)
         return {day: version for day, version in self.held_back.get(table, {}).items() if version != newest}
+
+
+def same_rows_until(table_path: str, version: int) -> tuple[int, bool]:
+    """The newest version reached from ``version`` through commits that change no rows (a
+    compaction: every file added or removed with ``dataChange`` false), and whether that is
+    final (the next commit changes rows; False: there is none yet). Serving follows them, so a
+    published version whose files a compaction replaced is not read from files vacuum deletes."""
+    while True:
+        try:
+            text = log_entry(table_path, version + 1).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return version, False
+        actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rearranged = all(
+            set(action) <= {"commitInfo", "add", "remove"}
+            and all(not change.get("dataChange", True) for kind, change in action.items() if kind != "commitInfo")
+            for action in actions)
+        if not rearranged:
+            return version, True
+        version += 1
 
 
 def coverage_runs(store: LakehouseStore) -> list[dict[str, Any]]:

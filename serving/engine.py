@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
-from include.coverage import Publication, published_tables
+from include.coverage import Publication, published_tables, same_rows_until
 from include.lakehouse.base import LakehouseError, TableFile, has_newer_version
 from include.lakehouse.delta_rs import read_table_file, table_files
 from include.registry import ViewSpec, combined_sql
@@ -194,6 +194,7 @@ class ServingEngine:
         self._file_numbers = itertools.count()
         self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
         self._held_back_files: dict[tuple[str, int], list[TableFile]] = {}  # (relation, version): see _served
+        self._same_rows: dict[tuple[str, int], tuple[int, bool]] = {}  # (relation, version): see _state
         # Coverage first: it says at which versions the published tables are read.
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         self.publication = self._publication(self._snapshots["coverage"])
@@ -255,8 +256,19 @@ class ServingEngine:
             return (snapshot.version(), ())
         table = SOURCES[relation][0]
         wanted = self.publication.version(table)
+        if wanted is not None and self.as_of is None:
+            wanted = self._same_rows_as(relation, wanted)
         return (snapshot.version() if wanted is None else wanted,
                 tuple(sorted(self.publication.days_held_back(table).items())))
+
+    def _same_rows_as(self, relation: str, version: int) -> int:
+        """The newest version with the rows of ``version`` (:func:`same_rows_until`; a commit's
+        file never changes, so once a commit that changes rows follows, the answer stays)."""
+        key = (relation, version)
+        known, final = self._same_rows.get(key, (version, False))
+        if key not in self._same_rows or (not final and has_newer_version(self._path(relation), known)):
+            known, final = self._same_rows[key] = same_rows_until(self._path(relation), known)
+        return known
 
     def _served(self, relation: str, snapshot: DeltaTable | None) -> _Served | None:
         """What to serve of ``relation``: its snapshot's files; a published table's at the version
