@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 
 from include.config import load_settings
 from include.coverage import coverage_runs
+from include.doctor import RERUN_UNFINISHED_AFTER_SECONDS, examine
 from include.lakehouse import open_store
 from include.views import VIEWS
 from serving.engine import ServingEngine, batch_relation
@@ -102,6 +103,13 @@ def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_
     assert served(ServingEngine(settings)) == first  # and one opened now
     runs = coverage_runs(open_store(settings, engine="delta-rs"))
     assert [(row["run_id"], row["rerun_started_at"] is not None) for row in runs] == [(first_run, True)]
+    # Left so for hours, the doctor (and so the maintenance DAG) tells a person what to run.
+    coverage = settings.lakehouse_dir / "ops" / "batch_coverage"
+    assert not [finding for finding in examine(settings).findings if finding.path == coverage]
+    later = time.time() + RERUN_UNFINISHED_AFTER_SECONDS + 60
+    (unpublished,) = [finding for finding in examine(settings, now=later).findings if finding.path == coverage]
+    assert unpublished.repair is None and unpublished.command == f"lambdalake batch --home {home} --date {DAY}"
+    assert f"served from its previous run ({first_run})" in unpublished.line()
 
     # The rerun to completion, watched by the open engine: each look sees one run, never a mix.
     looks: list[int] = []
