@@ -195,6 +195,7 @@ class ServingEngine:
         self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
         self._held_back_files: dict[tuple[str, int], list[TableFile]] = {}  # (relation, version): see _served
         self._same_rows: dict[tuple[str, int], tuple[int, bool]] = {}  # (relation, version): see _state
+        self._publication_read: tuple[int | None, Publication] = (None, Publication())  # see _publication
         # Coverage first: it says at which versions the published tables are read.
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
         self.publication = self._publication(self._snapshots["coverage"])
@@ -242,12 +243,16 @@ class ServingEngine:
         return table
 
     def _publication(self, coverage: DeltaTable | None) -> Publication:
-        """The versions coverage publishes (none with ``--as-of VERSION``: every table at it)."""
+        """The versions coverage publishes (none with ``--as-of VERSION``: every table at it),
+        read once per version of coverage."""
         if coverage is None or isinstance(self.as_of, int):
             return Publication()
-        names = pa.schema(coverage.schema().to_arrow()).names
-        wanted = [name for name in ("date", "table_versions", "rerun_started_at") if name in names]
-        return Publication.of(pa.table(coverage.to_pyarrow_table(columns=wanted)).to_pylist())
+        if self._publication_read[0] != coverage.version():
+            names = pa.schema(coverage.schema().to_arrow()).names
+            wanted = [name for name in ("date", "table_versions", "rerun_started_at") if name in names]
+            rows = pa.table(coverage.to_pyarrow_table(columns=wanted)).to_pylist()
+            self._publication_read = (coverage.version(), Publication.of(rows))
+        return self._publication_read[1]
 
     def _state(self, relation: str, snapshot: DeltaTable) -> tuple:
         """Which rows ``relation`` is to serve, cheaply (no file is listed): its version, and for
@@ -359,7 +364,9 @@ class ServingEngine:
             previous, self.publication = self.publication, publication
             try:
                 for relation, snapshot in self._snapshots.items():
-                    if relation in PUBLISHED and publication.version(SOURCES[relation][0]) is not None:
+                    if relation == "coverage":  # as read above: a later commit waits for the next refresh
+                        pass
+                    elif relation in PUBLISHED and publication.version(SOURCES[relation][0]) is not None:
                         snapshot = snapshot or self._open(relation)
                     else:
                         snapshot = self._current(snapshot, relation)
