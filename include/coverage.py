@@ -30,6 +30,7 @@ from include import tables
 from include.config import Settings
 from include.lakehouse import LakehouseStore
 from include.lakehouse.base import log_entry, sql_literal
+from include.registry import column_names
 from include.views import VIEWS, days_read
 
 
@@ -68,8 +69,7 @@ def published_tables() -> list[str]:
 
 def _coverage_rows(store: LakehouseStore, where: str | None = None) -> list[dict[str, Any]]:
     store.ensure_table(tables.BATCH_COVERAGE, tables.BATCH_COVERAGE_SCHEMA)  # adds columns an older one lacks
-    columns = [name for name, _ in (part.strip().split(" ", 1) for part in tables.BATCH_COVERAGE_FIELDS.split(","))]
-    return store.select_arrow(tables.BATCH_COVERAGE, columns, where).to_pylist()
+    return store.select_arrow(tables.BATCH_COVERAGE, column_names(tables.BATCH_COVERAGE_FIELDS), where).to_pylist()
 
 
 def _write_coverage_row(store: LakehouseStore, row: dict[str, Any]) -> None:

@@ -199,8 +199,8 @@ def status_summary(rows: list[dict[str, Any]]) -> str:
         day, run = first["batch_runs"].split(", ")[-1].split(": ", 1)
         batch = f"batch: {day} served from run {run}"
     if first["batch_reruns_unpublished"]:  # what a reader sees meanwhile: the run before
-        batch += (f"\nreruns not published (running, or failed: then run `lambdalake batch --date DAY` again); "
-                  f"their days are served from the run before: {first['batch_reruns_unpublished']}")
+        batch += (f"\nreruns not published, their days served from the run before: {first['batch_reruns_unpublished']}"
+                  "\n(one that failed: run `lambdalake batch --date DAY` again)")
     alert = (f"last alert: {_utc(first['last_alert_at'])} ({_ago(first['last_alert_at'], now)}): {first['last_alert']}"
              if first["last_alert_at"] else "alerts: none")
     return "\n".join([stream, "", format_rows(views, "table"), "", *([batch] if batch else []), alert])
