@@ -9,6 +9,7 @@ engine opened before the rerun and refreshed all along, and fresh ones.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -40,6 +41,14 @@ SERVED = {view.name: f"SELECT * EXCLUDE (source) FROM {view.name} WHERE source =
 
 def run(env: dict, *args: str) -> None:
     subprocess.run([LAMBDALAKE, *args], env=env, check=True, capture_output=True, text=True, timeout=900)
+
+
+def status(env: dict) -> dict:
+    """What `lambdalake status --format json` says of the batch runs (the same for every view)."""
+    result = subprocess.run([LAMBDALAKE, "status", "--format", "json"], env=env, check=True, capture_output=True,
+                            text=True, timeout=300)
+    row = json.loads(result.stdout)[0]
+    return {key: row[key] for key in ("batch_runs", "batch_reruns_unpublished")}
 
 
 def served(engine: ServingEngine) -> dict[str, list[dict]]:
@@ -103,6 +112,8 @@ def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_
     assert served(ServingEngine(settings)) == first  # and one opened now
     runs = coverage_runs(open_store(settings, engine="delta-rs"))
     assert [(row["run_id"], row["rerun_started_at"] is not None) for row in runs] == [(first_run, True)]
+    told = status(env)
+    assert told["batch_runs"] == f"{DAY}: {first_run}" and told["batch_reruns_unpublished"].startswith(f"{DAY} (since")
     # Left so for hours, the doctor (and so the maintenance DAG) tells a person what to run.
     coverage = settings.lakehouse_dir / "ops" / "batch_coverage"
     assert not [finding for finding in examine(settings).findings if finding.path == coverage]
@@ -139,6 +150,7 @@ def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_
     # The new run is what is served: every published table at its latest version, the run's own.
     runs = coverage_runs(open_store(settings, engine="delta-rs"))
     assert len(runs) == 1 and runs[0]["run_id"] != first_run and runs[0]["rerun_started_at"] is None
+    assert status(env) == {"batch_runs": f"{DAY}: {runs[0]['run_id']}", "batch_reruns_unpublished": ""}
     fresh = ServingEngine(settings)
     assert {view.name: fresh.version(batch_relation(view)) for view in VIEWS} == {
         view.name: version for view, version in zip(VIEWS, latest_versions(settings.lakehouse_dir).values())}
