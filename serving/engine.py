@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -293,15 +295,22 @@ class ServingEngine:
     def _files_of_day(self, relation: str, version: int, day: date) -> list[TableFile]:
         """The files of ``day``'s partition at ``version`` (time travel; a version's files never change)."""
         key = (relation, version)
+
+        def gone(why: str) -> LakehouseError:
+            return LakehouseError(
+                f"{SOURCES[relation][0]}: day {day} is served from version {version}, the last its runs published, "
+                f"and {why}: run `lambdalake batch --date {day}` to publish the day again")
+
         if key not in self._held_back_files:
             try:
                 self._held_back_files[key] = table_files(DeltaTable(self._path(relation), version=version))
-            except Exception as error:  # noqa: BLE001 - delta-rs' errors: the log or a file is gone
-                raise LakehouseError(
-                    f"{SOURCES[relation][0]}: day {day} is served from version {version}, which a rerun that never "
-                    f"published left behind and is no longer readable ({_first_line(error)}): run "
-                    f"`lambdalake batch --date {day}` to publish the day again") from None
-        return [file for file in self._held_back_files[key] if file.partition.get("date") == day.isoformat()]
+            except Exception as error:  # noqa: BLE001 - delta-rs' errors: that part of the log is gone
+                raise gone(f"that version is no longer readable ({_first_line(error)})") from None
+        files = [file for file in self._held_back_files[key] if file.partition.get("date") == day.isoformat()]
+        missing = [file.path for file in files if not (Path(self._path(relation)) / unquote(file.path)).exists()]
+        if missing:  # vacuumed: a week after the unpublished rerun replaced them
+            raise gone(f"vacuum has deleted its file {missing[0]}")
+        return files
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from include.coverage import bronze_fingerprint, coverage_runs, mark_covered, mark_rerun_started
 from include.views import VIEWS, VIEWS_BY_NAME
-from include.lakehouse import open_store
+from include.lakehouse import LakehouseError, open_store
 from serving import engine as engine_module
 from serving.engine import QueryRefused, QueryTimeout, ServingEngine
 
@@ -105,6 +105,23 @@ def test_a_rerun_is_served_only_once_it_publishes_and_then_whole(lake):
     engine.refresh()
     assert engine.version("batch_revenue_by_category_5m") == store.version(REVENUE.batch_table)
     assert rows(engine) == rows(ServingEngine(settings)) == [(D1, 1.0), (D1, 99.0), (D2, 20.0)]
+
+
+def test_a_day_held_back_whose_files_vacuum_deleted_is_refused_with_the_command_to_run(lake):
+    settings, store = lake
+    mark_covered(store, D1, {}, "first")
+    mark_rerun_started(store, D1)
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D1, 99.0)], REVENUE.schema),
+                            {"date": D1})
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D2, 20.0)], REVENUE.schema),
+                            {"date": D2})
+    mark_covered(store, D2, {}, "other-day")  # D1 is now read at an older version than the table's published one
+    engine = ServingEngine(settings)
+    store.vacuum(REVENUE.batch_table, retention_hours=0)
+    with pytest.raises(LakehouseError, match=r"day 2026-11-20 .* vacuum has deleted .* `lambdalake batch --date "
+                                             r"2026-11-20`"):
+        ServingEngine(settings)
+    assert engine.rows("SELECT count(*) AS n FROM revenue_by_category_5m WHERE source = 'batch'") == [{"n": 2}]
 
 
 def test_refresh_follows_replaced_and_compacted_files(lake):
