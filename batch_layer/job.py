@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def lineage(argv: list[str]) -> Lineage:
     """The tables one submission reads and writes: recompute reads the Bronze partitions the day's
-    views are rebuilt from and replaces the day in every batch view; reconcile compares the day's
+    views are rebuilt from and replaces the day in every batch view (first marking a covered
+    day's coverage row: a rerun, not yet published); reconcile compares the day's
     batch and speed views into ``reconciliation`` (and the tables of differences); batch does both
     and marks the day covered. Declared, not measured: no table is opened."""
     args = parse_args(argv)
@@ -62,7 +63,7 @@ def lineage(argv: list[str]) -> Lineage:
     reconciled = {tables.RECONCILIATION: day} | {view.differences.table: day for view in VIEWS if view.differences}
     bronze = bronze_read(load_settings(), args.date)
     if args.step == "recompute":
-        return Lineage(reads=bronze, writes=batch)
+        return Lineage(reads=bronze, writes=batch | {tables.BATCH_COVERAGE: []})
     if args.step == "reconcile":
         return Lineage(reads=batch | speed, writes=reconciled)
     return Lineage(reads=bronze | speed, writes=batch | reconciled | {tables.BATCH_COVERAGE: []})
