@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     from batch_layer.nightly import require_bronze, run_batch
     from batch_layer.reconcile import reconcile_day
     from batch_layer.recompute import recompute_day
-    from include.lakehouse import open_store
+    from include.coverage import mark_rerun_started
+    from include.lakehouse import open_reader, open_store
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(settings)
     require_bronze(store, settings)
     if args.step == "recompute":
+        # Before any partition is replaced: see include/coverage.py.
+        mark_rerun_started(open_reader(settings), args.date)
         print(recompute_day(store, settings, args.date))
     elif args.step == "reconcile":
         print(reconcile_day(store, settings, args.date))
@@ -49,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def lineage(argv: list[str]) -> Lineage:
     """The tables one submission reads and writes: recompute reads the Bronze partitions the day's
-    views are rebuilt from and replaces the day in every batch view; reconcile compares the day's
+    views are rebuilt from and replaces the day in every batch view (first marking a covered
+    day's coverage row: a rerun, not yet published); reconcile compares the day's
     batch and speed views into ``reconciliation`` (and the tables of differences); batch does both
     and marks the day covered. Declared, not measured: no table is opened."""
     args = parse_args(argv)
@@ -60,7 +64,7 @@ def lineage(argv: list[str]) -> Lineage:
     reconciled = {tables.RECONCILIATION: day} | {view.differences.table: day for view in VIEWS if view.differences}
     bronze = bronze_read(load_settings(), args.date)
     if args.step == "recompute":
-        return Lineage(reads=bronze, writes=batch)
+        return Lineage(reads=bronze, writes=batch | {tables.BATCH_COVERAGE: []})
     if args.step == "reconcile":
         return Lineage(reads=batch | speed, writes=reconciled)
     return Lineage(reads=bronze | speed, writes=batch | reconciled | {tables.BATCH_COVERAGE: []})

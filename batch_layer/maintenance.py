@@ -1,4 +1,5 @@
-"""Lakehouse maintenance: compaction (z-order where queries filter), vacuum, checkpoint hygiene.
+"""Lakehouse maintenance: compaction (z-order where queries filter), vacuum, checkpoint hygiene,
+and a look at what a crash or a producer left behind (``lambdalake doctor``'s examination).
 
 Safe while the stream writes: compaction and vacuum commit through the store, which retries
 conflicting commits; vacuum keeps a week of history for time travel and running readers; a feed
@@ -18,8 +19,11 @@ from pathlib import Path
 from include import tables
 from include.checkpoints import committed_batch, file_source_reads
 from include.config import Settings
-from include.doctor import ABANDONED_AFTER_SECONDS
+from include.doctor import ABANDONED_AFTER_SECONDS, Finding, examine, repair
+from include.heartbeat import read_heartbeat
 from include.lakehouse import all_tables, open_reader, open_store
+from include.notifier import notify
+from include.processes import process_alive
 from include.schemas import TOPIC_NAMES
 
 log = logging.getLogger(__name__)
@@ -102,3 +106,41 @@ def maintenance_due(settings: Settings, now: datetime | None = None) -> bool:
         log.info("maintenance already ran today (%s): skipped", last.isoformat())
         return False
     return True
+
+
+def examine_lake(settings: Settings) -> dict[str, list[str]]:
+    """What ``lambdalake doctor`` finds, on the schedule: an alert for each finding a person must
+    decide on, with the command to run. The findings ``doctor --repair`` fixes safely are repaired
+    when ``LAMBDALAKE_MAINTENANCE_REPAIRS`` says so (a checkpoint's files only while no stream
+    runs, as ``--repair`` asks), and otherwise alerted with that command. Returns the lines of
+    the findings repaired and alerted."""
+    findings = examine(settings).findings
+    stream_runs = _stream_runs(settings)
+    repairable = [finding for finding in findings if finding.repair and settings.maintenance_repairs
+                  and not (stream_runs and finding.path.is_relative_to(settings.checkpoints_dir))]
+    left = repair(repairable)  # every one of them is repaired: none needs a person
+    repaired = [finding.line(repaired=True) for finding in repairable if finding not in left]
+    alerted = []
+    for finding in (finding for finding in findings if finding not in repairable):
+        command = _command_for(settings, finding, stream_runs)
+        told = "" if finding.command else f"; run: {command}"  # the finding's own command is in its line
+        notify(settings, "lakehouse_maintenance", f"lambdalake doctor: {finding.line()}{told}",
+               "warning" if finding.repair else "error", path=str(finding.path), command=command)
+        alerted.append(finding.line())
+    log.info("lake examined: %d repaired, %d alerted", len(repaired), len(alerted))
+    return {"repaired": repaired, "alerted": alerted}
+
+
+def _command_for(settings: Settings, finding: Finding, stream_runs: bool) -> str:
+    """What a person runs about ``finding``: the fix it names, else doctor itself."""
+    if finding.command:
+        return finding.command
+    if finding.repair:
+        stop = "stop the stream, then " if stream_runs and finding.path.is_relative_to(settings.checkpoints_dir) else ""
+        return f"{stop}lambdalake doctor --home {settings.home} --repair"
+    return f"lambdalake doctor --home {settings.home} (after restoring the file from a backup)"
+
+
+def _stream_runs(settings: Settings) -> bool:
+    beat = read_heartbeat(settings.run_dir)
+    return beat is not None and beat["state"] != "stopped" and process_alive(beat["pid"])

@@ -10,7 +10,7 @@ import logging
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from include.coverage import bronze_fingerprint, covered_days, mark_covered
+from include.coverage import bronze_fingerprint, coverage_runs, covered_days, mark_covered, mark_rerun_started
 from batch_layer.reconcile import reconcile_day
 from batch_layer.recompute import recompute_day
 from include import tables
@@ -38,10 +38,11 @@ def require_bronze(store: LakehouseStore, settings: Settings) -> None:
 
 
 def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None,
-              show_progress: bool = False) -> list[dict]:
+              show_progress: bool = False, run_id: str | None = None) -> list[dict]:
     """Rebuild ``day``'s batch views from Bronze, reconcile them with the speed views and mark
-    the day batch-covered. Idempotent. Returns the reconciliation rows. ``show_progress``: each
-    step on stderr as it starts."""
+    the day batch-covered, publishing the run (``run_id``) as a whole: until then serving keeps a
+    covered day at its previous run. Idempotent. Returns the reconciliation rows.
+    ``show_progress``: each step on stderr as it starts."""
     steps = Progress(f"batch {day}", 4, "steps") if show_progress else None
 
     def starting(number: int, what: str) -> None:
@@ -52,6 +53,7 @@ def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None
     require_bronze(store, settings)
     starting(0, "recomputing the views from Bronze")
     fingerprint = bronze_fingerprint(store, settings, day)  # before reading: later arrivals make it stale
+    mark_rerun_started(open_reader(settings), day)
     written = recompute_day(store, settings, day)
     log.info("batch %s: views rebuilt %s", day, written)
     starting(1, "reconciling with the speed views")
@@ -59,7 +61,7 @@ def run_batch(settings: Settings, day: date, store: LakehouseStore | None = None
     starting(2, "checking data quality")
     check_data_quality(settings, day, store)
     starting(3, "marking the day batch-covered")
-    mark_covered(open_reader(settings), day, fingerprint)
+    mark_covered(open_reader(settings), day, fingerprint, run_id)
     log.info("batch %s: covered", day)
     if steps:
         steps.update(4, "done")
@@ -80,11 +82,14 @@ def day_for_run(logical_date: datetime, conf: dict[str, Any] | None, announced: 
 
 def batch_needed(settings: Settings, day: str, conf: dict[str, Any] | None = None) -> bool:
     """False when ``day`` is covered and its Bronze input has not changed since (another run, a
-    scheduled or an asset-triggered one, has done it); a run asked for a date in its conf always
-    runs."""
+    scheduled or an asset-triggered one, has done it) and no rerun of it was left unpublished; a
+    run asked for a date in its conf always runs."""
     if conf and conf.get("date"):
         return True
     store = open_reader(settings)
+    if any(row["date"].isoformat() == day and row["rerun_started_at"] for row in coverage_runs(store)):
+        log.info("a rerun of day %s began and never published: running it again", day)
+        return True
     built_from = covered_days(store).get(date.fromisoformat(day))
     if built_from is not None and bronze_fingerprint(store, settings, date.fromisoformat(day)) == built_from:
         log.info("day %s is covered and its Bronze input is unchanged: nothing to do", day)

@@ -4,6 +4,13 @@ Housekeeping, safe while the stream writes (the store retries conflicting commit
 every Delta table (z-ordered by event time for Silver), vacuum of files older than a week, and
 checkpoint hygiene (consumed feed files, abandoned temporary files).
 
+**examine_lake** then looks for what a crash or a producer left behind, as `lambdalake doctor`
+does (read-only): torn checkpoint or Delta files, a landing file that grew after the stream read
+it, leftovers of dead writers, a nightly rerun that never published. Each finding a person must
+decide on raises an alert with the command to run. The ones `doctor --repair` fixes safely are
+repaired only with `LAMBDALAKE_MAINTENANCE_REPAIRS=true` (else alerted with that command too); it
+runs after a failed compaction as well.
+
 **Data-aware**: it runs when `lambda_nightly_batch` has published the batch views (the assets
 `lambdalake://batch/<view>`), not on a clock, and at most once a UTC day: **maintenance_due**
 skips the run when a maintenance has finished today already (a backfill publishes many days in a
@@ -55,7 +62,14 @@ with DAG(
         record_maintenance(settings)
         return removed
 
-    maintenance_due() >> compact_and_vacuum() >> checkpoint_hygiene()
+    @task(multiple_outputs=True, trigger_rule="none_skipped")  # also when compaction failed: a crash may be why
+    def examine_lake() -> dict:
+        from batch_layer.maintenance import examine_lake
+        from include.config import load_settings
+
+        return examine_lake(load_settings())
+
+    maintenance_due() >> compact_and_vacuum() >> checkpoint_hygiene() >> examine_lake()
 
 
 if __name__ == "__main__":

@@ -26,9 +26,10 @@ date range.
    cluster can take it. When Spark cannot run at all the task fails at once, without retries.
 6. **data_quality** fails the run loudly unless the numbers add up (accounting identities,
    reconciliation drift).
-7. **publish_coverage** marks the day batch-covered; the serving layer then answers it from the
-   batch views. Its outlets, the assets `lambdalake://batch/<view>`, schedule
-   `lakehouse_maintenance`.
+7. **publish_coverage** marks the day batch-covered and publishes the run: the version of every
+   table it wrote; the serving layer then answers the day from those versions, all at once (a
+   rerun that fails before it leaves the day served from the previous run). Its outlets, the
+   assets `lambdalake://batch/<view>`, schedule `lakehouse_maintenance`.
 8. **restate_stale_day** re-runs any covered day whose Bronze input changed since it was built.
 
 With OpenLineage on (`docs/lineage.md`), the tasks report the tables they read and write: Bronze's
@@ -145,7 +146,7 @@ with DAG(
         from include.lineage import Lineage, report
 
         settings = load_settings()
-        mark_covered(open_reader(settings), date.fromisoformat(day), fingerprint)
+        mark_covered(open_reader(settings), date.fromisoformat(day), fingerprint, context["run_id"])
         report(settings, Lineage(writes={tables.BATCH_COVERAGE: []}), context["task"])
         return day
 

@@ -143,6 +143,9 @@ class Settings(BaseSettings):
     # Alerts by e-mail, through the Airflow connection `lambdalake_smtp` when it is defined.
     alert_email_to: str = Field(default="", description="comma-separated recipients")
     alert_email_from: str = Field(default="", description="sender (else the connection's from_email)")
+    # lakehouse_maintenance alerts on what `lambdalake doctor` finds; with this it also carries out
+    # the repairs `--repair` makes safely (checkpoint files only while no stream runs).
+    maintenance_repairs: bool = Field(default=False, description="lakehouse_maintenance repairs what doctor may")
     stall_after: timedelta = Field(default=timedelta(minutes=10))
     restart_backoff: timedelta = Field(default=timedelta(minutes=1))
     max_restarts_per_hour: int = Field(default=5, ge=1)

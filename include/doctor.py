@@ -17,6 +17,9 @@ atomic renames. Each finding says what ``--repair`` does about it, or why a pers
 - a landing file changed after the stream read it (a producer renamed it into place before it
   was whole): the lines written later were never read; ``--repair`` lands them as a new file
   (``<name>.rest-<line>.jsonl``), which the stream reads like any other;
+- a rerun of a covered day that began hours ago and never published (killed, or failed): the
+  day is served from its previous run, read at that run's versions, whose files vacuum deletes a
+  week after the rerun replaced them; reported with the command that publishes the day again;
 - anything older that is torn, a torn Delta commit (whoever wrote it has moved on, so setting it
   aside would lose its rows), a data file that a table version references but is missing or
   short, a table that does not open: reported for a person (restore the file or the table from a
@@ -41,11 +44,14 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 from deltalake import DeltaTable
 
+from include import tables
 from include.checkpoints import file_source_entries
 from include.config import Settings
 from include.lakehouse import all_tables
 
 ABANDONED_AFTER_SECONDS = 3600
+# A nightly run past this long (the nightly DAG's deadline) has failed, not merely not finished.
+RERUN_UNFINISHED_AFTER_SECONDS = 3 * 3600
 CHECKPOINT_LOGS = ("offsets", "commits")
 LOG_VERSION = re.compile(r"v\d+")
 DELTA_COMMIT = re.compile(r"(\d{20})\.json")
@@ -60,11 +66,13 @@ class Finding:
     problem: str
     repair: str | None  # DELETE, LAND_REST, or None: a person must decide (``problem`` says how)
     from_line: int = 0  # LAND_REST: the first line (0-based) not read
+    command: str | None = None  # a person's finding: the lambdalake command that resolves it, if one does
 
     def line(self, repaired: bool = False) -> str:
         done = "deleted" if self.repair == DELETE else "landed"
         action = (done if repaired else f"--repair {self.repair}") if self.repair else "not repaired here"
-        return f"{self.path}: {self.problem} ({action})"
+        resolve = f": run `{self.command}`" if self.command else ""
+        return f"{self.path}: {self.problem} ({action}{resolve})"
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ def examine(settings: Settings, now: float | None = None) -> Examination:
     findings += _abandoned(settings.feeds_dir.glob("*/.*.tmp"), "a dead writer's temporary feed file", now)
     findings += _abandoned(settings.landing_dir.glob("*/.*.tmp"), "a landing file never renamed into place", now)
     findings += _landing_findings(settings, queries)
+    findings += _unpublished_reruns(settings, now)
     return Examination(findings, len(queries), len(names))
 
 
@@ -230,6 +239,25 @@ def _lines_landed(settings: Settings, path: Path, lines: list[bytes]) -> int:
     return max([read, *rests])
 
 
+# ---- the nightly runs -------------------------------------------------------------------------
+def _unpublished_reruns(settings: Settings, now: float) -> list[Finding]:
+    """Covered days whose rerun began long ago and never published (include/coverage.py)."""
+    path = settings.lakehouse_dir / tables.BATCH_COVERAGE
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    coverage = DeltaTable(str(path))
+    if "rerun_started_at" not in pa.schema(coverage.schema().to_arrow()).names:
+        return []
+    rows = pa.table(coverage.to_pyarrow_table(columns=["date", "run_id", "rerun_started_at"])).to_pylist()
+    return [Finding(path, f"a rerun of {row['date']} began at {row['rerun_started_at']:%Y-%m-%d %H:%M}Z and never "
+                          f"published: the day is served from its previous run ({row['run_id']}), whose files of "
+                          "the day vacuum deletes a week after the rerun replaced them; run the day's batch again",
+                    None, command=f"lambdalake batch --home {settings.home} --date {row['date']}")
+            for row in sorted(rows, key=lambda row: row["date"])
+            if row["rerun_started_at"] is not None
+            and now - row["rerun_started_at"].timestamp() > RERUN_UNFINISHED_AFTER_SECONDS]
+
+
 # ---- Delta tables ---------------------------------------------------------------------------
 def _table_findings(table: Path, now: float) -> list[Finding]:
     log_dir = table / "_delta_log"
@@ -275,5 +303,5 @@ def _abandoned(paths: Iterable[Path], what: str, now: float) -> list[Finding]:
             if now - path.stat().st_mtime > ABANDONED_AFTER_SECONDS]
 
 
-__all__ = ["ABANDONED_AFTER_SECONDS", "Examination", "Finding", "examine", "log_file_intact", "repair",
-           "torn_checkpoint_logs"]
+__all__ = ["ABANDONED_AFTER_SECONDS", "RERUN_UNFINISHED_AFTER_SECONDS", "Examination", "Finding", "examine",
+           "log_file_intact", "repair", "torn_checkpoint_logs"]

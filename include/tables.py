@@ -120,8 +120,13 @@ RECONCILIATION_FIELDS = (
     "view string, date date, metric string, speed_value double, batch_value double, diff double, computed_at timestamp"
 )
 
-# A day is batch-covered once its row is here; bronze_rows fingerprints the input it was built from.
-BATCH_COVERAGE_FIELDS = "date date, covered_at timestamp, bronze_rows string"
+# A day is batch-covered once its row is here; bronze_rows fingerprints the input it was built from,
+# table_versions (JSON) the version of each table the run published; rerun_started_at is set while
+# a later run of the day has not published (include/coverage.py).
+BATCH_COVERAGE_FIELDS = (
+    "date date, covered_at timestamp, bronze_rows string, run_id string, table_versions string, "
+    "rerun_started_at timestamp"
+)
 
 ALERTS = "ops/alerts"
 ALERTS_FIELDS = "at timestamp, source string, severity string, message string, details string"

@@ -17,8 +17,10 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
@@ -26,7 +28,8 @@ from deltalake import DeltaTable
 
 from include import tables
 from include.config import Settings
-from include.lakehouse.base import has_newer_version
+from include.coverage import Publication, published_tables, same_rows_until
+from include.lakehouse.base import LakehouseError, TableFile, has_newer_version
 from include.lakehouse.delta_rs import read_table_file, table_files
 from include.registry import ViewSpec, combined_sql
 from include.views import VIEWS
@@ -110,14 +113,28 @@ for _view in VIEWS:
         SOURCES[_view.differences.table] = (_view.differences.table, _view.differences_fields)
         VIEWS_SQL[_view.differences.table] = f"SELECT * EXCLUDE (date) FROM {internal(_view.differences.table)}"
 QUERYABLE = sorted(VIEWS_SQL)
+# Relations of the tables a nightly run publishes: served at the versions coverage records.
+PUBLISHED = {relation for relation, (table, _) in SOURCES.items() if table in published_tables()}
+
+
+@dataclass(frozen=True)
+class _Served:
+    """What to serve of one table: the version, the files (by path) and the schema; ``state``
+    tells two of them apart (a published table: also the days held back at older versions)."""
+
+    version: int
+    files: Mapping[str, TableFile]
+    schema: pa.Schema
+    state: tuple
 
 
 @dataclass(frozen=True)
 class _Copy:
-    """What DuckDB holds of one table: its version, the files its rows came from (each with the
-    number its rows carry in ``_file``), its schema."""
+    """What DuckDB holds of one table: its version and state (:class:`_Served`), the files its
+    rows came from (each with the number its rows carry in ``_file``), its schema."""
 
     version: int | None
+    state: tuple | None
     files: Mapping[str, int]
     schema: pa.Schema
 
@@ -178,9 +195,14 @@ class ServingEngine:
         self._lock = threading.Lock()  # one refresh at a time
         self._file_numbers = itertools.count()
         self.current_at = datetime.now(timezone.utc)  # when every copy was last found current
+        self._held_back_files: dict[tuple[str, int], list[TableFile]] = {}  # (relation, version): see _served
+        self._same_rows: dict[tuple[str, int], tuple[int, bool]] = {}  # (relation, version): see _state
+        self._publication_read: tuple[int | None, Publication] = (None, Publication())  # see _publication
+        # Coverage first: it says at which versions the published tables are read.
         self._snapshots: dict[str, DeltaTable | None] = {relation: self._open(relation) for relation in SOURCES}
+        self.publication = self._publication(self._snapshots["coverage"])
         with self._transaction():
-            self._copies = {relation: self._load(relation, snapshot, None)
+            self._copies = {relation: self._load(relation, self._served(relation, snapshot), None)
                             for relation, snapshot in self._snapshots.items()}
             for relation in SOURCES:
                 copy = f"{COPIES}.{relation}"
@@ -222,6 +244,74 @@ class ServingEngine:
             table.load_as_version(self.as_of)
         return table
 
+    def _publication(self, coverage: DeltaTable | None) -> Publication:
+        """The versions coverage publishes (none with ``--as-of VERSION``: every table at it),
+        read once per version of coverage."""
+        if coverage is None or isinstance(self.as_of, int):
+            return Publication()
+        if self._publication_read[0] != coverage.version():
+            names = pa.schema(coverage.schema().to_arrow()).names
+            wanted = [name for name in ("date", "table_versions", "rerun_started_at") if name in names]
+            rows = pa.table(coverage.to_pyarrow_table(columns=wanted)).to_pylist()
+            self._publication_read = (coverage.version(), Publication.of(rows))
+        return self._publication_read[1]
+
+    def _state(self, relation: str, snapshot: DeltaTable) -> tuple:
+        """Which rows ``relation`` is to serve, cheaply (no file is listed): its version, and for
+        a published table the version coverage publishes and the days held back at older ones."""
+        if relation not in PUBLISHED:
+            return (snapshot.version(), ())
+        table = SOURCES[relation][0]
+        wanted = self.publication.version(table)
+        if wanted is not None and self.as_of is None:
+            wanted = self._same_rows_as(relation, wanted)
+        return (snapshot.version() if wanted is None else wanted,
+                tuple(sorted(self.publication.days_held_back(table).items())))
+
+    def _same_rows_as(self, relation: str, version: int) -> int:
+        """The newest version with the rows of ``version`` (:func:`same_rows_until`; a commit's
+        file never changes, so once a commit that changes rows follows, the answer stays)."""
+        key = (relation, version)
+        known, final = self._same_rows.get(key, (version, False))
+        if key not in self._same_rows or (not final and has_newer_version(self._path(relation), known)):
+            known, final = self._same_rows[key] = same_rows_until(self._path(relation), known)
+        return known
+
+    def _served(self, relation: str, snapshot: DeltaTable | None) -> _Served | None:
+        """What to serve of ``relation``: its snapshot's files; a published table's at the version
+        the last completed runs recorded, each day a later run has begun to replace (and not
+        published) from the version its own last run recorded."""
+        if snapshot is None:
+            return None
+        state = self._state(relation, snapshot)
+        if state[0] != snapshot.version():
+            snapshot.load_as_version(state[0])
+        files = {file.path: file for file in table_files(snapshot)}
+        for day, version in state[1]:
+            files = {path: file for path, file in files.items() if file.partition.get("date") != day.isoformat()}
+            files.update((file.path, file) for file in self._files_of_day(relation, version, day))
+        return _Served(snapshot.version(), files, pa.schema(snapshot.schema().to_arrow()), state)
+
+    def _files_of_day(self, relation: str, version: int, day: date) -> list[TableFile]:
+        """The files of ``day``'s partition at ``version`` (time travel; a version's files never change)."""
+        key = (relation, version)
+
+        def gone(why: str) -> LakehouseError:
+            return LakehouseError(
+                f"{SOURCES[relation][0]}: day {day} is served from version {version}, the last its runs published, "
+                f"and {why}: run `lambdalake batch --date {day}` to publish the day again")
+
+        if key not in self._held_back_files:
+            try:
+                self._held_back_files[key] = table_files(DeltaTable(self._path(relation), version=version))
+            except Exception as error:  # noqa: BLE001 - delta-rs' errors: that part of the log is gone
+                raise gone(f"that version is no longer readable ({_first_line(error)})") from None
+        files = [file for file in self._held_back_files[key] if file.partition.get("date") == day.isoformat()]
+        missing = [file.path for file in files if not (Path(self._path(relation)) / unquote(file.path)).exists()]
+        if missing:  # vacuumed: a week after the unpublished rerun replaced them
+            raise gone(f"vacuum has deleted its file {missing[0]}")
+        return files
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         self.connection.execute("BEGIN TRANSACTION")
@@ -232,14 +322,14 @@ class ServingEngine:
             raise
         self.connection.execute("COMMIT")
 
-    def _load(self, relation: str, snapshot: DeltaTable | None, held: _Copy | None) -> _Copy:
-        """Make ``_copies.<relation>`` hold ``snapshot``'s rows; from ``held``, only the rows of
-        files the snapshot removed or added move. Call inside :meth:`_transaction`."""
+    def _load(self, relation: str, served: _Served | None, held: _Copy | None) -> _Copy:
+        """Make ``_copies.<relation>`` hold ``served``'s rows; from ``held``, only the rows of
+        files removed or added since move. Call inside :meth:`_transaction`."""
         declared = tables.arrow_schema(SOURCES[relation][1])
-        if snapshot is None:
+        if served is None:
             schema, files = declared, {}
         else:  # the files from the log's add actions; only those added since ``held`` are read
-            schema, files = pa.schema(snapshot.schema().to_arrow()), {file.path: file for file in table_files(snapshot)}
+            schema, files = served.schema, served.files
             for field in declared:  # a table an older version made lacks the newer columns: nulls
                 if field.name not in schema.names:
                     schema = schema.append(field)
@@ -263,33 +353,54 @@ class ServingEngine:
             self.connection.register("_incoming", _rows(schema, added))
             self.connection.execute(f"INSERT INTO {table} SELECT * FROM _incoming")
         self.connection.unregister("_incoming")
-        return _Copy(None if snapshot is None else snapshot.version(), {path: numbers[path] for path in files},
-                     schema)
+        return _Copy(None if served is None else served.version, None if served is None else served.state,
+                     {path: numbers[path] for path in files}, schema)
 
     def refresh(self) -> list[str]:
-        """Serve the latest committed version of every table; only a table whose version changed
-        (or that appeared) is touched, and all of them change in one commit (or, on an error,
-        none, and the next refresh tries again). Returns the relations that changed."""
+        """Serve the latest committed version of every table (a published table: the versions
+        the latest coverage publishes); only a table whose version changed (or that appeared) is
+        touched, and all of them change in one commit (or, on an error, none, and the next
+        refresh tries again). Returns the relations that changed."""
         if self.as_of is not None:
             return []
         with self._lock:
             checked_at = datetime.now(timezone.utc)
-            changed: dict[str, DeltaTable] = {}
-            for relation, snapshot in self._snapshots.items():
-                if snapshot is None:
-                    snapshot = self._snapshots[relation] = self._open(relation)
-                elif has_newer_version(self._path(relation), snapshot.version()):
-                    # Four times a second per table: look in the log first (a refresh costs).
-                    snapshot.update_incremental()  # reads only the log entries after its version
-                if snapshot is not None and snapshot.version() != self._copies[relation].version:
-                    changed[relation] = snapshot
-            if changed:
-                with self._transaction():
-                    copies = {relation: self._load(relation, snapshot, self._copies[relation])
-                              for relation, snapshot in changed.items()}
-                self._copies.update(copies)
+            # Coverage first: a published table is read at the versions it records, never past
+            # them, so a run is seen only once it has published, and then whole.
+            self._snapshots["coverage"] = self._current(self._snapshots["coverage"], "coverage")
+            publication = self._publication(self._snapshots["coverage"])
+            changed: dict[str, _Served] = {}
+            previous, self.publication = self.publication, publication
+            try:
+                for relation, snapshot in self._snapshots.items():
+                    if relation == "coverage":  # as read above: a later commit waits for the next refresh
+                        pass
+                    elif relation in PUBLISHED and publication.version(SOURCES[relation][0]) is not None:
+                        snapshot = snapshot or self._open(relation)
+                    else:
+                        snapshot = self._current(snapshot, relation)
+                    self._snapshots[relation] = snapshot
+                    if snapshot is not None and self._state(relation, snapshot) != self._copies[relation].state:
+                        changed[relation] = self._served(relation, snapshot)
+                if changed:
+                    with self._transaction():
+                        copies = {relation: self._load(relation, served, self._copies[relation])
+                                  for relation, served in changed.items()}
+                    self._copies.update(copies)
+            except BaseException:
+                self.publication = previous
+                raise
             self.current_at = checked_at
             return list(changed)
+
+    def _current(self, snapshot: DeltaTable | None, relation: str) -> DeltaTable | None:
+        """``snapshot`` brought to its table's latest version (opened, if it did not exist)."""
+        if snapshot is None:
+            return self._open(relation)
+        if has_newer_version(self._path(relation), snapshot.version()):
+            # Four times a second per table: look in the log first (a refresh costs).
+            snapshot.update_incremental()  # reads only the log entries after its version
+        return snapshot
 
     # ---- answering -----------------------------------------------------------------------------
     def execute(self, sql: str, params: Sequence[Any] | None = None, max_rows: int | None = None,

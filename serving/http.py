@@ -14,8 +14,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import os
 import secrets
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -44,6 +46,8 @@ DASHBOARD = Path(__file__).resolve().parent / "dashboard"
 # How often the server looks for new commits: a look that finds none costs ~3 ms (31 tables),
 # and a view's new micro-batch is served on average half this after its commit.
 REFRESH_SECONDS = 0.25
+# Beyond the query time limit, what a stop waits for answers to be sent before it cancels them.
+SHUTDOWN_GRACE_SECONDS = 5
 log = logging.getLogger("lambdalake.serve")
 # A query's SQL: far more than any written or generated query needs, and a bound on what a body costs.
 MAX_BODY_BYTES = 1024 * 1024
@@ -300,17 +304,43 @@ def create_app(settings: Settings, token: str | None, refresh_seconds: float = R
 
 def serve(settings: Settings, host: str, port: int, token: str, pg_port: int = 0) -> None:
     """Run the HTTP server, and the PostgreSQL wire protocol on ``pg_port`` (0: not), until
-    SIGINT/SIGTERM; both answer through one engine and one set of query slots."""
+    SIGINT/SIGTERM; both answer through one engine and one set of query slots. On the signal it
+    stops cleanly and returns: no new connections, the queries in flight finish (or are cancelled
+    at the query time limit) and are answered, the PostgreSQL listener closes."""
     import uvicorn
 
     from serving.pgwire import start_pg_server
 
-    app = create_app(settings, token)
-    state = app.state
-    pg = start_pg_server(settings, host, pg_port, token, state.engine, state.slots, state.metrics) if pg_port else None
+    # Until uvicorn takes the signals over, and when it gives them back: uvicorn raises the one
+    # that stopped it again for the handler it found, and the default would end the process
+    # with -15, which a supervisor or systemd reads as a crash.
+    previous = {sig: signal.signal(sig, _stop_requested) for sig in (signal.SIGINT, signal.SIGTERM)}
+    pg = None
+    grace = settings.query_timeout.total_seconds() + SHUTDOWN_GRACE_SECONDS
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning")
+        app = create_app(settings, token)
+        state = app.state
+        if pg_port:
+            pg = start_pg_server(settings, host, pg_port, token, state.engine, state.slots, state.metrics)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                timeout_graceful_shutdown=math.ceil(grace))
+        uvicorn.Server(config).run()
+    except StopRequested:
+        pass
     finally:
-        if pg:
-            pg.shutdown()
-            pg.server_close()
+        for sig in previous:  # a second signal during the stop below changes nothing
+            signal.signal(sig, signal.SIG_IGN)
+        if pg is not None:
+            left = pg.stop(grace)
+            if left:
+                log.warning("serve: %d PostgreSQL connections still open at exit", left)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class StopRequested(Exception):
+    """SIGINT or SIGTERM while ``serve`` starts or once uvicorn has stopped."""
+
+
+def _stop_requested(signum: int, frame: object) -> None:
+    raise StopRequested(signal.Signals(signum).name)

@@ -30,6 +30,7 @@ import re
 import socket
 import struct
 import threading
+import time as time_module
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -690,7 +691,7 @@ class PgServer(postgres.BuenaVistaServer):
         self.service = service
         self._connections = 0
         self._counting = threading.Lock()
-        self._accepted: set[int] = set()
+        self._accepted: dict[int, socket.socket] = {}
 
     def verify_request(self, request: Any, client_address: Any) -> bool:
         """Any address (the password guards it), up to MAX_CONNECTIONS at once."""
@@ -699,15 +700,29 @@ class PgServer(postgres.BuenaVistaServer):
                 log.warning("pgwire: refusing a connection from %s: %d open", client_address[0], MAX_CONNECTIONS)
                 return False
             self._connections += 1
-            self._accepted.add(id(request))
+            self._accepted[id(request)] = request
             return True
 
     def shutdown_request(self, request: Any) -> None:
         with self._counting:
-            if id(request) in self._accepted:
-                self._accepted.discard(id(request))
+            if self._accepted.pop(id(request), None) is not None:
                 self._connections -= 1
         super().shutdown_request(request)
+
+    def stop(self, wait_seconds: float) -> int:
+        """Stop listening, then let every connection finish the query it runs (each ends within
+        the query time limit) and send its answer: reading is shut on each, so its next read is
+        the end and it closes. Waits at most ``wait_seconds``; returns the connections still open."""
+        self.shutdown()
+        self.server_close()
+        with self._counting:
+            for request in self._accepted.values():
+                with contextlib.suppress(OSError):  # the client has gone already
+                    request.shutdown(socket.SHUT_RD)
+        deadline = time_module.monotonic() + wait_seconds
+        while self._connections and time_module.monotonic() < deadline:
+            time_module.sleep(0.05)
+        return self._connections
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("pgwire: connection from %s ended with an error", client_address[0], exc_info=True)

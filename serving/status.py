@@ -11,7 +11,7 @@ from include.config import Settings
 from include.lakehouse import LakehouseStore, open_reader
 from include.processes import process_alive
 from include.views import VIEWS
-from serving.engine import ServingEngine, batch_relation, internal, speed_relation
+from serving.engine import COVERAGE, ServingEngine, batch_relation, internal, speed_relation
 from include.heartbeat import read_heartbeat
 
 
@@ -58,6 +58,22 @@ def view_progress(engine: ServingEngine) -> dict[str, dict[str, Any]]:
     return {row["query"]: row for row in rows}
 
 
+def batch_runs(engine: ServingEngine) -> dict[str, str]:
+    """The run each covered day is served from, and the days a later run has begun to restate
+    without publishing (still served from the run before), as the engine serves them."""
+    rows = engine.rows(f"SELECT date, run_id, rerun_started_at FROM {COVERAGE} ORDER BY date")
+    return {
+        "batch_runs": ", ".join(f"{row['date'].isoformat()}: {row['run_id'] or 'unrecorded'}" for row in rows),
+        "batch_reruns_unpublished": ", ".join(
+            f"{row['date'].isoformat()} (since {_iso(row['rerun_started_at'])})" for row in rows
+            if row["rerun_started_at"] is not None),
+    }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def view_status(settings: Settings, engine: ServingEngine | None = None) -> list[dict[str, Any]]:
     """One row per view; ``engine`` is an open one to read through (else one is opened)."""
     engine = engine or ServingEngine(settings)
@@ -69,6 +85,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
     refresh = health.pop("refresh")
     waiting = input_waiting(settings, now)
     progress = view_progress(engine)
+    runs = batch_runs(engine)
     supervisor = latest(engine, "supervisor_events", ["at", "decision", "reason"])
     alert = latest(engine, "ops_alerts", ["at", "message"])
     ops = {
@@ -92,6 +109,7 @@ def view_status(settings: Settings, engine: ServingEngine | None = None) -> list
                 "view": view.name,
                 "batch_covered_days": ", ".join(day.isoformat() for day in covered),
                 "stale_days": ", ".join(day.isoformat() for day in stale),
+                **runs,
                 "speed_max_event_time": counted,
                 # When the view's query last read new input (None: never, here).
                 "speed_refreshed_at": own.get("refreshed"),
@@ -176,6 +194,13 @@ def status_summary(rows: list[dict[str, Any]]) -> str:
             "batch-covered days": f"{len(covered)} (last {covered[-1]})" if covered else "none",
             "stale": row["stale_days"] or "none",
         })
+    batch = ""
+    if first["batch_runs"]:
+        day, run = first["batch_runs"].split(", ")[-1].split(": ", 1)
+        batch = f"batch: {day} served from run {run}"
+    if first["batch_reruns_unpublished"]:  # what a reader sees meanwhile: the run before
+        batch += (f"\nreruns not published, their days served from the run before: {first['batch_reruns_unpublished']}"
+                  "\n(one that failed: run `lambdalake batch --date DAY` again)")
     alert = (f"last alert: {_utc(first['last_alert_at'])} ({_ago(first['last_alert_at'], now)}): {first['last_alert']}"
              if first["last_alert_at"] else "alerts: none")
-    return "\n".join([stream, "", format_rows(views, "table"), "", alert])
+    return "\n".join([stream, "", format_rows(views, "table"), "", *([batch] if batch else []), alert])

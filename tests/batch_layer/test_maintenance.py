@@ -96,7 +96,7 @@ def test_maintenance_is_due_at_most_once_a_utc_day(settings):
 
 def test_a_covered_day_with_unchanged_bronze_needs_no_second_run(settings):
     from batch_layer.nightly import batch_needed
-    from include.coverage import bronze_fingerprint, mark_covered
+    from include.coverage import bronze_fingerprint, mark_covered, mark_rerun_started
 
     store, day = open_store(settings), date(2026, 11, 20)
     assert batch_needed(settings, day.isoformat())
@@ -104,6 +104,9 @@ def test_a_covered_day_with_unchanged_bronze_needs_no_second_run(settings):
     assert not batch_needed(settings, day.isoformat())
     assert batch_needed(settings, day.isoformat(), {"date": day.isoformat()})  # asked for by hand
     mark_covered(store, day, {"orders:2026-11-20": 1})  # Bronze has changed since
+    assert batch_needed(settings, day.isoformat())
+    mark_covered(store, day, bronze_fingerprint(store, settings, day))
+    mark_rerun_started(store, day)  # a rerun that never published: run the day again
     assert batch_needed(settings, day.isoformat())
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from include.coverage import bronze_fingerprint, mark_covered
+from include.coverage import bronze_fingerprint, coverage_runs, mark_covered, mark_rerun_started
 from include.views import VIEWS, VIEWS_BY_NAME
-from include.lakehouse import open_store
+from include.lakehouse import LakehouseError, open_store
 from serving import engine as engine_module
 from serving.engine import QueryRefused, QueryTimeout, ServingEngine
 
@@ -68,6 +68,60 @@ def test_an_open_engine_refreshes_only_the_tables_that_changed(lake):
     assert engine.rows(total) == [{"r": 17.0}]
     with pytest.raises(QueryRefused):  # still read-only after re-registering
         engine.query("COPY (SELECT 1) TO 'x.csv'")
+
+
+def test_a_rerun_is_served_only_once_it_publishes_and_then_whole(lake):
+    settings, store = lake
+    def rows(engine):
+        return [(r["day"], r["revenue"]) for r in engine.rows(
+            "SELECT CAST(window_start AS DATE) AS day, revenue FROM revenue_by_category_5m "
+            "WHERE source = 'batch' ORDER BY day, revenue")]
+
+    mark_covered(store, D1, {}, "first")
+    engine = ServingEngine(settings)
+    assert rows(engine) == [(D1, 10.0)]
+    assert mark_rerun_started(store, D1) and not mark_rerun_started(store, D2)  # D2 is not covered
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D1, 99.0)], REVENUE.schema),
+                            {"date": D1})
+    engine.refresh()
+    assert rows(engine) == rows(ServingEngine(settings)) == [(D1, 10.0)]  # the rerun has not published
+    # Another day's run publishes a version past the unpublished rerun's: D1 stays at its own.
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D2, 20.0)], REVENUE.schema),
+                            {"date": D2})
+    mark_covered(store, D2, {}, "other-day")
+    engine.refresh()
+    assert rows(engine) == rows(ServingEngine(settings)) == [(D1, 10.0), (D2, 20.0)]
+    pending = {row["date"]: (row["run_id"], row["rerun_started_at"] is not None) for row in coverage_runs(store)}
+    assert pending == {D1: ("first", True), D2: ("other-day", False)}
+    store.append(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D1, 1.0)], REVENUE.schema))
+    mark_covered(store, D1, {}, "second")
+    engine.refresh()
+    assert rows(engine) == rows(ServingEngine(settings)) == [(D1, 1.0), (D1, 99.0), (D2, 20.0)]
+    # A compaction after the publication serves the same rows from its files, so vacuum may go.
+    published = store.version(REVENUE.batch_table)
+    store.optimize(REVENUE.batch_table)
+    store.vacuum(REVENUE.batch_table, retention_hours=0)
+    assert store.version(REVENUE.batch_table) > published
+    engine.refresh()
+    assert engine.version("batch_revenue_by_category_5m") == store.version(REVENUE.batch_table)
+    assert rows(engine) == rows(ServingEngine(settings)) == [(D1, 1.0), (D1, 99.0), (D2, 20.0)]
+
+
+def test_a_day_held_back_whose_files_vacuum_deleted_is_refused_with_the_command_to_run(lake):
+    settings, store = lake
+    mark_covered(store, D1, {}, "first")
+    mark_rerun_started(store, D1)
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D1, 99.0)], REVENUE.schema),
+                            {"date": D1})
+    store.replace_partition(REVENUE.batch_table, store.spark.createDataFrame([revenue_row(D2, 20.0)], REVENUE.schema),
+                            {"date": D2})
+    mark_covered(store, D2, {}, "other-day")  # D1 is now read at an older version than the table's published one
+    engine = ServingEngine(settings)
+    store.vacuum(REVENUE.batch_table, retention_hours=0)
+    with pytest.raises(LakehouseError, match=r"day 2026-11-20 .* vacuum has deleted .* `lambdalake batch --date "
+                                             r"2026-11-20`"):
+        ServingEngine(settings)
+    assert engine.rows("SELECT count(*) AS n FROM revenue_by_category_5m WHERE source = 'batch'") == [{"n": 2}]
 
 
 def test_refresh_follows_replaced_and_compacted_files(lake):
@@ -203,6 +257,7 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     revenue = rows["revenue_by_category_5m"]
     assert revenue["batch_covered_days"] == "2026-11-20" and revenue["stale_days"] == ""
     assert revenue["speed_version"] == 1 and revenue["batch_version"] == 1
+    assert revenue["batch_runs"].startswith("2026-11-20: batch__") and revenue["batch_reruns_unpublished"] == ""
     # No stream metrics here: the newest window's start, never a time after the events counted.
     assert revenue["speed_max_event_time"] == "2026-11-21T10:00:00Z" and revenue["speed_refreshed_at"] is None
     assert revenue["stream_state"] == "never started"
@@ -214,6 +269,7 @@ def test_status_reports_coverage_versions_and_stream_state(lake):
     lines = summary.stdout.splitlines()
     assert lines[0] == "stream: never started; 1 landed files waiting (0.0 MB), the oldest for 3 h"
     assert lines[-1] == "alerts: none"
+    assert lines[-2].startswith("batch: 2026-11-20 served from run batch__2026-")
     assert any(line.startswith("revenue_by_category_5m  2026-11-21 10:00Z (") and "1 (last 2026-11-20)" in line
                for line in lines)
     assert max(map(len, lines)) <= 100  # fits a terminal
