@@ -63,7 +63,7 @@ def kill_once_some_views_are_replaced(env: dict, lakehouse: Path, before: dict[s
     """Start ``lambdalake batch`` for the day; SIGKILL its process group as soon as a batch view
     has a commit after ``before``. Returns the views replaced when it died."""
     batch = subprocess.Popen([LAMBDALAKE, "batch", "--date", DAY.isoformat()], start_new_session=True,
-                             env={**env, "LAMBDALAKE_BATCH_ENGINE": "spark"},
+                             env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     logs = {table: lakehouse / table / "_delta_log" for table in BATCH_TABLES}
     deadline = time.monotonic() + 600
@@ -84,10 +84,9 @@ def kill_once_some_views_are_replaced(env: dict, lakehouse: Path, before: dict[s
 def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_path):
     home = tmp_path / "home"
     settings = load_settings(home=home)
-    # DuckDB rebuilds the views on the driver in a second or two; the killed run uses Spark, whose
-    # views commit seconds apart, so that the kill falls between them (both engines give the same rows).
+    # The views commit seconds apart, so that the kill falls between them.
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_SPARK_MASTER": "local[2]",
-           "LAMBDALAKE_SHUFFLE_PARTITIONS": "2", "LAMBDALAKE_BATCH_ENGINE": "duckdb"}
+           "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
     stream = ["stream", "--available-now", "--views", "revenue_by_category_5m,order_payments"]
     generate = ["generate", "--orders-per-hour", "60", "--devices", "4", "--customers", "200"]
 

@@ -84,9 +84,6 @@ def test_starts_the_stream_restarts_it_after_a_kill_and_after_it_hangs(home, air
                       seed=1, file_minutes=5, progress=False).ledger
     monkeypatch.setenv("LAMBDALAKE_MAX_FILES_PER_TRIGGER", "1")  # many micro-batches: it hangs mid-way
     monkeypatch.setenv("LAMBDALAKE_SPEED_VIEWS", "order_payments")  # the supervisor is the point, not the views
-    # Micro-batches on Spark, so that a stopped JVM hangs them (the driver's own landing reader and
-    # parser need the JVM only for lines they are not sure of, which this traffic has none of).
-    monkeypatch.setenv("LAMBDALAKE_PASS_ENGINE", "spark")
     assert supervise(home)["decision"] == "start"
     first = int((home.run_dir / PID_FILE).read_text())
     assert wait_for(lambda: (read_heartbeat(home.run_dir) or {}).get("state") == "running")
