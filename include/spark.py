@@ -7,7 +7,7 @@ import re
 import sys
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -192,7 +192,7 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
     )
     # Only a JVM this process starts can be quieted; under spark-submit its output is the job log.
     quiet = settings.log_level in ("WARNING", "ERROR") and "PYSPARK_GATEWAY_PORT" not in os.environ
-    with _stderr_to(settings.run_dir / "spark.log") if quiet else nullcontext():
+    with _jvm_output_to(settings.run_dir / "spark.log" if quiet else None):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN" if settings.log_level != "DEBUG" else "INFO")
     return spark
@@ -210,18 +210,27 @@ def with_batch_values(df: DataFrame, values: pa.Table, on: str | None = None) ->
 
 
 @contextmanager
-def _stderr_to(log: Path) -> Iterator[None]:
-    """Point file descriptor 2 at ``log`` while the JVM starts: the JVM keeps it as its stderr
-    (start-up warnings, log4j's console), this process gets its own back."""
-    log.parent.mkdir(parents=True, exist_ok=True)
+def _jvm_output_to(log: Path | None) -> Iterator[None]:
+    """Point file descriptors 1 and 2 at ``log`` (None: 1 at 2) while the JVM starts: the JVM
+    keeps them as its stdout and stderr (start-up warnings, log4j's console, what Delta prints,
+    such as VACUUM's "Deleted N files"), so none of it lands in a command's output; this process
+    gets its own back."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
-    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(1), os.dup(2)
+    target = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.dup2(target, 2)
+        if target is not None:
+            os.dup2(target, 2)
+        os.dup2(2, 1)
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(target)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for descriptor in (*saved, *([target] if target is not None else [])):
+            os.close(descriptor)
