@@ -102,9 +102,9 @@ class SparkJobOperator(SparkSubmitOperator):
                 check_runnable(resolved["master"], resolved["spark_binary"], dict(os.environ))
             except SparkNotRunnable as exc:
                 raise AirflowFailException(str(exc)) from None
-            if not self.jars and not LOCAL_MASTER.fullmatch(resolved["master"]):
+            if not self.jars:
                 # Under spark-submit the JVM starts before the job builds its session, too early for
-                # the session's spark.jars: the fetched Spark packages (Delta on a cluster) go here.
+                # the session's spark.jars: the fetched Spark packages (delta-spark) go here.
                 from include.config import load_settings
                 from include.spark import session_jars
 
