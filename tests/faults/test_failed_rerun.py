@@ -87,7 +87,9 @@ def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_
     # The views commit seconds apart, so that the kill falls between them.
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_SPARK_MASTER": "local[2]",
            "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
-    stream = ["stream", "--available-now", "--views", "revenue_by_category_5m,order_payments"]
+    # Hour-long micro-batches: the point is the batch's runs, and each micro-batch costs seconds.
+    stream = ["stream", "--available-now", "--views", "revenue_by_category_5m,order_payments",
+              "--max-files-per-trigger", "12"]
     generate = ["generate", "--orders-per-hour", "60", "--devices", "4", "--customers", "200"]
 
     # The first run: two hours of the day, streamed and batched.
