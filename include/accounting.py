@@ -39,3 +39,26 @@ def bronze_rows_accounted(store: LakehouseStore, topic: str) -> int:
         return 0
     batches = store.select_arrow(tables.bronze(topic), ["batch_id"])["batch_id"]
     return pc.sum(pc.is_in(batches, pc.unique(accounted["batch_id"]))).as_py() or 0
+
+
+def ingested_and_landed(store: LakehouseStore, topic: str) -> tuple[int, int]:
+    """Silver + DLQ rows and Bronze rows of the topic's landed files both queries have accounted.
+
+    Bronze and ingest are separate queries, each reading the landing zone on its own trigger, so
+    their totals differ while one is a micro-batch behind the other. A file is read whole in one
+    micro-batch, so the files both have taken compare like with like."""
+    def by_source(name: str, accounted: str, where: str = "") -> dict[str, int]:
+        batches = store.select_arrow(tables.INGEST_BATCHES, ["batch_id"],
+                                     f"topic = '{topic}' AND {accounted} IS NOT NULL")
+        if not store.exists(name) or batches.num_rows == 0:
+            return {}
+        rows = store.select_arrow(name, ["source", "batch_id"], where or None)
+        rows = rows.filter(pc.is_in(rows["batch_id"], pc.unique(batches["batch_id"])))
+        counted = rows.group_by("source").aggregate([("source", "count")]).to_pylist()
+        return {row["source"]: row["source_count"] for row in counted}
+
+    bronze = by_source(tables.bronze(topic), "bronze_rows")
+    silver = by_source(tables.silver(topic), "silver_rows")
+    dlq = by_source(tables.DLQ, "dlq_rows", f"topic = '{topic}'")
+    both = set(bronze) & (set(silver) | set(dlq))
+    return sum(silver.get(s, 0) + dlq.get(s, 0) for s in both), sum(bronze[s] for s in both)
