@@ -64,32 +64,22 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def stream_a_day(spark):
-    """A function: a three-hour day (2026-11-20) streamed through the two order views into a new
-    home and not yet batched, with the generator's result (a ``StreamedLake``)."""
+def streamed_lake(spark, tmp_path_factory: pytest.TempPathFactory) -> StreamedLake:
+    """A three-hour day (2026-11-20) streamed through the two order views and not yet batched,
+    with the generator's result. Tests that batch, serve or stream on work on a copy (``copy_to``)."""
     from include.generator import TrafficOptions, generate
     from speed_layer.runner import run_stream
 
-    def stream(home: Path) -> StreamedLake:
-        settings = load_settings(home=home, spark_master="local[2]", shuffle_partitions=2, max_files_per_trigger=4)
-        # Hour-long micro-batches keep the stream short; late events land beyond one of them.
-        options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02,
-                                 corrupt_fraction=0.01, late_beyond=timedelta(hours=1))
-        result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15,
-                          progress=False)
-        # The order views are what the batch reconciles and the tests check; the others stay out.
-        run_stream(settings.model_copy(update={"speed_views": SPEED_VIEWS}), available_now=True)
-        return StreamedLake(settings, result)
-
-    return stream
-
-
-@pytest.fixture(scope="session")
-def streamed_lake(stream_a_day, tmp_path_factory: pytest.TempPathFactory):
-    """A three-hour day (2026-11-20) streamed through the two order views and not yet batched,
-    with the generator's result. Tests that batch or serve it work on a copy (``copy_to``): a copy
-    cannot stream on (its checkpoints name the original's landing files)."""
-    return stream_a_day(tmp_path_factory.mktemp("streamed") / "home")
+    settings = load_settings(home=tmp_path_factory.mktemp("streamed") / "home", spark_master="local[2]",
+                             shuffle_partitions=2, max_files_per_trigger=4)
+    # Hour-long micro-batches keep the stream short; late events land beyond one of them.
+    options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02,
+                             corrupt_fraction=0.01, late_beyond=timedelta(hours=1))
+    result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15,
+                      progress=False)
+    # The order views are what the batch reconciles and the tests check; the others stay out.
+    run_stream(settings.model_copy(update={"speed_views": SPEED_VIEWS}), available_now=True)
+    return StreamedLake(settings, result)
 
 
 SPEED_VIEWS = "revenue_by_category_5m,order_payments"
@@ -101,9 +91,15 @@ class StreamedLake:
     result: GenerationResult  # ledger and ground truth
 
     def copy_to(self, home: Path) -> Settings:
-        """This lake's home copied to ``home``; settings that differ only in the home."""
+        """This lake's home copied to ``home``; settings that differ only in the home. The copy
+        can stream on: Spark's file source logs the landed files it took by absolute path in the
+        checkpoints, so the copy's logs are made to name the copy's landing files."""
         shutil.copytree(self.settings.home, home, symlinks=True)
-        return self.settings.model_copy(update={"home": home})
+        copy = self.settings.model_copy(update={"home": home})
+        taken, moved = f"file:{self.settings.landing_dir}/", f"file:{copy.landing_dir}/"
+        for log in copy.checkpoints_dir.glob("*/sources/*/*"):
+            log.write_text(log.read_text().replace(taken, moved))
+        return copy
 
 
 def free_port() -> int:

@@ -35,7 +35,7 @@ from lambdalake.platform import PROJECT, admin_password, airflow_env, down, up
 from speed_layer.supervisor import stop_stream, stream_pid
 
 DAY = date(2026, 11, 20)
-SPEED_VIEWS = "revenue_by_category_5m,order_payments"  # the views stream_a_day streams
+SPEED_VIEWS = "revenue_by_category_5m,order_payments"  # the views streamed_lake streams
 NIGHTLY, MAINTENANCE, SUPERVISOR = "lambda_nightly_batch", "lakehouse_maintenance", "speed_layer_supervisor"
 
 
@@ -129,7 +129,7 @@ def not_loopback(found: dict[tuple[str, int], str]) -> dict[tuple[str, int], str
 
 
 @pytest.fixture(scope="module")
-def platform(stream_a_day, tmp_path_factory):
+def platform(streamed_lake, tmp_path_factory):
     tomorrow = datetime.now(timezone.utc).date() + timedelta(days=1)
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {"LAMBDALAKE_SPARK_MASTER": "local[2]", "LAMBDALAKE_SHUFFLE_PARTITIONS": "2",
@@ -138,8 +138,8 @@ def platform(stream_a_day, tmp_path_factory):
                            # The views the lake was streamed with (the reconciliation compares them).
                            "LAMBDALAKE_SPEED_VIEWS": SPEED_VIEWS}.items():
             patch.setenv(key, value)
-        # A lake of its own: the stream goes on from its checkpoints, which a copy's would not.
-        settings = load_settings(home=stream_a_day(tmp_path_factory.mktemp("platform") / "home").settings.home)
+        # A copy of its own, which the stream goes on from.
+        settings = load_settings(home=streamed_lake.copy_to(tmp_path_factory.mktemp("platform") / "home").home)
         port, serve_port, pg_port = free_port(), free_port(), free_port()
         try:
             url = up(settings, port, serve_port, orders_per_hour=120, pg_port=pg_port)

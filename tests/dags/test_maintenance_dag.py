@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,6 @@ from airflow.dag_processing.dagbag import DagBag
 from deltalake import DeltaTable
 
 from include import tables
-from include.config import load_settings
-from include.generator import TrafficOptions, generate
-from speed_layer.runner import run_stream
 
 PROJECT = Path(__file__).resolve().parents[2]
 GROWN = {"order_id": "o-grown-after-read", "user_id": "U0001", "product_id": "P0001", "category": "books",
@@ -30,14 +26,10 @@ def batch_number(path: Path) -> int:
 
 
 @pytest.fixture
-def troubled_lake(spark, tmp_path, monkeypatch, airflow_db):
-    """An hour streamed through one view (its checkpoint names this home's landing files), then
-    left in trouble."""
-    settings = load_settings(home=tmp_path / "home", spark_master="local[2]", shuffle_partitions=2,
-                             speed_views="order_payments")
-    generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 1, TrafficOptions(orders_per_hour=60), seed=4,
-             file_minutes=30, progress=False)
-    run_stream(settings, available_now=True)
+def troubled_lake(streamed_lake, tmp_path, monkeypatch, airflow_db):
+    """The streamed day (its copied checkpoint names the copy's landing files), then left in
+    trouble."""
+    settings = streamed_lake.copy_to(tmp_path / "home")
     for key in list(os.environ):
         if key.startswith("LAMBDALAKE_"):
             monkeypatch.delenv(key)
