@@ -26,7 +26,7 @@ from include.lakehouse.base import sql_literal
 IN_LIST_SLICE = 1000
 # Rows taken at least, and more than are held, before the table is rebuilt.
 REBUILD_AFTER = 100_000
-# Every HeldRows, so that its database is closed at exit, not destroyed during the interpreter's shutdown.
+# Every HeldRows, so that its database is closed and let go at exit, not destroyed during the interpreter's shutdown.
 _ALL: weakref.WeakSet[HeldRows] = weakref.WeakSet()
 
 
@@ -116,8 +116,11 @@ def _in_lists(column: str, values: Sequence[Any]) -> list[str]:
 
 @atexit.register
 def _close_all() -> None:
+    # The stream's callbacks (and so their HeldRows) live on in the JVM gateway until the
+    # interpreter's shutdown; a database still referenced then is reported as leaked on stderr.
     for rows in list(_ALL):
         rows._db.close()
+        rows._db = None
 
 
 __all__ = ["HeldRows"]

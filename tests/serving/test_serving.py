@@ -310,7 +310,8 @@ def test_as_of_a_time_or_version_older_than_a_tables_log_is_refused(spark, setti
     commit's checkpoint): older versions are gone, and an answer from them would be made up."""
     store = open_store(settings, spark)
     store.ensure_table(REVENUE.speed_table, REVENUE.schema, ["date"],
-                       {"delta.logRetentionDuration": "interval 1 second", "delta.checkpointInterval": "2"})
+                       {"delta.logRetentionDuration": "interval 1 second",
+                        "delta.deletedFileRetentionDuration": "interval 1 second", "delta.checkpointInterval": "2"})
     before = datetime.now(timezone.utc)
     time.sleep(1.5)
     for revenue in (1.0, 2.0, 3.0, 4.0):

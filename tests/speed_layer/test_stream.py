@@ -305,38 +305,41 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
     runner = threading.Thread(target=lambda: result.update(
         store=run_stream(settings, stop=stop, on_started=lambda session: result.update(session=session))))
     runner.start()
-    batches = settings.lakehouse_dir / "ops" / "ingest_batches"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if DeltaTable.is_deltatable(str(batches)) and DeltaTable(str(batches)).version() >= 3:
-            break
-        time.sleep(0.5)
-    heartbeat = read_heartbeat(settings.run_dir)
-    assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
-    # The stream runs on a session of its own.
-    triggers = {query.name: query._jsq.streamingQuery().trigger().toString()
-                for query in result["session"].streams.active}
-    assert not spark.streams.active
-    # Each query runs on its own copy of that session, with the settings made for it.
-    copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf()
-              for query in result["session"].streams.active}
-    assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false"
-    assert copies["speed_revenue_by_segment_1h"].get(CACHE_COMPRESSED) == "true"
-    assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
-    assert copies["speed_revenue_by_segment_1h"].get(NO_DATA_BATCHES) == "false"
-    assert set(triggers) == {"speed_ingest", "speed_revenue_by_segment_1h"}  # ingest writes Bronze
-    assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(3600000)"
-    assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
-    shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
-    refresh = {row["view"]: row["speed_refresh_seconds"] for row in shown}
-    shown_views = ("user_sessions", "alerts", "customers_history", "revenue_by_segment_1h")
-    assert {view: refresh[view] for view in shown_views} == {
-        "user_sessions": 30, "alerts": 1, "customers_history": 30, "revenue_by_segment_1h": 3600}
-    summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
-    assert "  1 h  " in summary["revenue_by_segment_1h"] and "  30 s  " in summary["customers_history"]
-    assert "  1 s  " in summary["alerts"] and "refresh" in summary["view"]
-    stop.set()
-    runner.join(timeout=300)
+    try:  # a failed check must not leave the stream running on the session
+        batches = settings.lakehouse_dir / "ops" / "ingest_batches"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if DeltaTable.is_deltatable(str(batches)) and DeltaTable(str(batches)).version() >= 3:
+                break
+            time.sleep(0.5)
+        heartbeat = read_heartbeat(settings.run_dir)
+        assert heartbeat["state"] == "running" and heartbeat["pid"] == os.getpid()
+        # The stream runs on a session of its own.
+        triggers = {query.name: query._jsq.streamingQuery().trigger().toString()
+                    for query in result["session"].streams.active}
+        assert not spark.streams.active
+        # Each query runs on its own copy of that session, with the settings made for it.
+        copies = {query.name: query._jsq.streamingQuery().sparkSessionForStream().conf()
+                  for query in result["session"].streams.active}
+        assert copies["speed_ingest"].get(CACHE_COMPRESSED) == "false"
+        assert copies["speed_revenue_by_segment_1h"].get(CACHE_COMPRESSED) == "true"
+        assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
+        assert copies["speed_revenue_by_segment_1h"].get(NO_DATA_BATCHES) == "false"
+        assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_revenue_by_segment_1h"}
+        assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(3600000)"
+        assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
+        assert triggers["speed_bronze"] == "ProcessingTimeTrigger(10000)"  # Bronze need not be fresh within seconds
+        shown = view_status(settings)  # what `status` says: each view's interval, from the heartbeat
+        refresh = {row["view"]: row["speed_refresh_seconds"] for row in shown}
+        shown_views = ("user_sessions", "alerts", "customers_history", "revenue_by_segment_1h")
+        assert {view: refresh[view] for view in shown_views} == {
+            "user_sessions": 30, "alerts": 1, "customers_history": 30, "revenue_by_segment_1h": 3600}
+        summary = {line.split()[0]: line for line in status_summary(shown).splitlines() if line}
+        assert "  1 h  " in summary["revenue_by_segment_1h"] and "  30 s  " in summary["customers_history"]
+        assert "  1 s  " in summary["alerts"] and "refresh" in summary["view"]
+    finally:
+        stop.set()
+        runner.join(timeout=300)
     assert not runner.is_alive()
     store = result["store"]
     assert store.read(tables.bronze("orders")).count() > 0 and store.read(tables.silver("orders")).count() > 0
