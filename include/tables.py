@@ -38,10 +38,11 @@ def silver(topic: str) -> str:
 # Tables the stream commits to every micro-batch (86,400 commits a day at one a second). Each
 # commit lists the table's whole log folder, so with Delta's default 30 days of log a commit
 # slows as the day goes on (benchmarks/DECISIONS.md); these keep 10 minutes of log instead
-# (cleaned at each checkpoint). Their older versions are gone: `query --as-of` refuses a time
-# before a served table's oldest version (serving/engine.py). Delta requires the log to outlast
-# the default retention of removed files, which the maintenance's vacuum does not use (it keeps
-# a week of them: batch_layer/maintenance.py).
+# (cleaned at each checkpoint; delta-spark cleans only files from before the UTC day that
+# reaches back to, so today's log stays until the next day). Their older versions are gone:
+# `query --as-of` refuses a time before a served table's oldest version (serving/engine.py).
+# Delta requires the log to outlast the default retention of removed files, which the
+# maintenance's vacuum does not use (it keeps a week of them: batch_layer/maintenance.py).
 STREAM_LOG_RETENTION = "10 minutes"
 STREAM_TABLE_PROPERTIES = {"delta.logRetentionDuration": f"interval {STREAM_LOG_RETENTION}",
                            "delta.deletedFileRetentionDuration": f"interval {STREAM_LOG_RETENTION}"}

@@ -226,7 +226,7 @@ class ServingEngine:
         table = DeltaTable(path)
         if self.as_of is None:
             return table
-        # The oldest version still in the log: a table the stream writes keeps minutes of it
+        # The oldest version still in the log: a table the stream writes keeps little of it
         # (tables.STREAM_LOG_RETENTION), and delta-rs would give that version for an older time.
         oldest = table.history()[-1]
         if isinstance(self.as_of, int):

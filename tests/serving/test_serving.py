@@ -306,17 +306,24 @@ def test_history_and_query_as_of_a_version_or_a_time(lake):
 
 
 def test_as_of_a_time_or_version_older_than_a_tables_log_is_refused(spark, settings):
-    """A table the stream writes keeps minutes of log (here a second, cleaned at each second
-    commit's checkpoint): older versions are gone, and an answer from them would be made up."""
+    """A table the stream writes keeps a short log (here a second, cleaned at each second
+    commit's checkpoint): older versions are gone, and an answer from them would be made up.
+    delta-spark cleans only log files older than the UTC day the retention reaches back to, so
+    the first commits' files are made two days old."""
     store = open_store(settings, spark)
     store.ensure_table(REVENUE.speed_table, REVENUE.schema, ["date"],
                        {"delta.logRetentionDuration": "interval 1 second",
                         "delta.deletedFileRetentionDuration": "interval 1 second", "delta.checkpointInterval": "2"})
+    log = settings.lakehouse_dir / REVENUE.speed_table / "_delta_log"
     before = datetime.now(timezone.utc)
-    time.sleep(1.5)
+    time.sleep(0.1)
     for revenue in (1.0, 2.0, 3.0, 4.0):
         store.append(REVENUE.speed_table, spark.createDataFrame([revenue_row(D1, revenue)], REVENUE.schema))
-        time.sleep(1.1)
+        if revenue == 2.0:  # the checkpoint at version 2 is written; the next at 4 cleans what is older
+            two_days_ago = time.time() - 2 * 86400
+            for version in (0, 1):
+                for file in log.glob(f"{version:020d}.*"):
+                    os.utime(file, (two_days_ago, two_days_ago))
     kept = [commit["version"] for commit in DeltaTable(str(settings.lakehouse_dir / REVENUE.speed_table)).history()]
     assert max(kept) == 4 and min(kept) > 1  # versions 0 and 1 left the log
     lambdalake = Path(sys.executable).parent / "lambdalake"
