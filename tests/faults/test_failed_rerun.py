@@ -19,12 +19,13 @@ import time
 from datetime import date
 from pathlib import Path
 
+from conftest import SPEED_VIEWS
 from deltalake import DeltaTable
 
-from include.config import load_settings
+from batch_layer.nightly import run_batch
 from include.coverage import coverage_runs
 from include.doctor import RERUN_UNFINISHED_AFTER_SECONDS, examine
-from include.lakehouse import open_reader
+from include.lakehouse import open_reader, open_store
 from include.views import VIEWS
 from serving.engine import ServingEngine, batch_relation
 
@@ -81,29 +82,24 @@ def kill_once_some_views_are_replaced(env: dict, lakehouse: Path, before: dict[s
     return [table for table, version in latest_versions(lakehouse).items() if version > before[table]]
 
 
-def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(tmp_path):
-    home = tmp_path / "home"
-    settings = load_settings(home=home)
+def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(spark, streamed_lake, tmp_path):
+    settings = streamed_lake.copy_to(tmp_path / "home")
+    home = settings.home
     # The views commit seconds apart, so that the kill falls between them.
     env = {**os.environ, "LAMBDALAKE_HOME": str(home), "LAMBDALAKE_SPARK_MASTER": "local[2]",
            "LAMBDALAKE_SHUFFLE_PARTITIONS": "2"}
-    # Hour-long micro-batches: the point is the batch's runs, and each micro-batch costs seconds.
-    stream = ["stream", "--available-now", "--views", "revenue_by_category_5m,order_payments",
-              "--max-files-per-trigger", "12"]
-    generate = ["generate", "--orders-per-hour", "60", "--devices", "4", "--customers", "200"]
 
-    # The first run: two hours of the day, streamed and batched.
-    run(env, *generate, "--start", "2026-11-20T00:00:00Z", "--hours", "2", "--seed", "1")
-    run(env, *stream)
-    run(env, "batch", "--date", DAY.isoformat())
+    # The first run: the streamed day, batched.
+    run_batch(settings, DAY, open_store(settings, spark))
     engine = ServingEngine(settings)
     first = served(engine)
     assert all(first[name] for name in ("revenue_by_category_5m", "order_payments", "reconciliation"))
     first_run = coverage_runs(open_reader(settings))[0]["run_id"]
 
-    # More of the day lands and is streamed, so a rerun's views differ from the first run's.
-    run(env, *generate, "--start", "2026-11-20T02:00:00Z", "--hours", "2", "--seed", "2")
-    run(env, *stream)
+    # More of the day lands and is streamed (hour-long micro-batches: the point is the batch's
+    # runs), so a rerun's views differ from the first run's.
+    run(env, "generate", "--orders-per-hour", "60", "--start", "2026-11-20T03:00:00Z", "--hours", "2", "--seed", "2")
+    run(env, "stream", "--available-now", "--views", SPEED_VIEWS, "--max-files-per-trigger", "12")
 
     replaced = kill_once_some_views_are_replaced(env, settings.lakehouse_dir, latest_versions(settings.lakehouse_dir))
     assert replaced, "no view was replaced before the kill"

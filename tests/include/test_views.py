@@ -214,15 +214,16 @@ def test_the_speed_merge_keeps_the_row_the_batch_rule_keeps(spark, settings):
         "paid_p3_early": ("o1", "u1", "books", 1.0, t(10, 0), "p3", 1.0, t(10, 10), "paid", day),
         "paid_p1_early": ("o1", "u1", "books", 1.0, t(10, 0), "p1", 1.0, t(10, 10), "paid", day),
     }
+    # Every pair at once, each under an order id of its own: one merge of the stored rows, one of the new.
+    pairs = [(candidates[a], candidates[b]) for a in candidates for b in candidates]
+    stored = [(f"o{number}", *row[1:]) for number, (row, _) in enumerate(pairs)]
+    new = [(f"o{number}", *row[1:]) for number, (_, row) in enumerate(pairs)]
     store = open_store(settings, spark)
-    for number, (stored, new) in enumerate((a, b) for a in candidates for b in candidates):
-        table = f"merge_{number}"
-        store.ensure_table(table, view.schema, ["date"])
-        store.merge(table, spark.createDataFrame([candidates[stored]], view.schema), ["order_id"])
-        store.merge(table, spark.createDataFrame([candidates[new]], view.schema), ["order_id"], Txn("q", 0),
-                    replaces_sql(view.speed.precedence))
-        both = spark.createDataFrame([candidates[stored], candidates[new]], view.schema)
-        assertDataFrameEqual(store.read(table), best_order_status(both))
+    store.ensure_table("merged", view.schema, ["date"])
+    store.merge("merged", spark.createDataFrame(stored, view.schema), ["order_id"])
+    store.merge("merged", spark.createDataFrame(new, view.schema), ["order_id"], Txn("q", 0),
+                replaces_sql(view.speed.precedence))
+    assertDataFrameEqual(store.read("merged"), best_order_status(spark.createDataFrame(stored + new, view.schema)))
 
 
 def test_a_speed_merge_rewrites_only_the_files_of_its_key_times(spark, settings):
