@@ -14,7 +14,7 @@ import pytest
 from include.generator import TrafficOptions, generate
 
 LAMBDALAKE = Path(sys.executable).parent / "lambdalake"
-NOISE = ("NativeCodeLoader", "log4j", "incubator", "setLogLevel", "WARN ")
+NOISE = ("NativeCodeLoader", "log4j", "incubator", "setLogLevel", "WARN ", "nanobind")
 pytestmark = pytest.mark.slow
 
 
