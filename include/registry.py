@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from include import ddl
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -117,8 +116,9 @@ class Lookback:
     """A look-back an ``incremental`` step needs statistics of: for each on-time event of
     ``topic``, the count, sum and sum of squares of ``value`` over the same ``entity``'s on-time
     events in ``[event_time - span, event_time)`` (the window ``PARTITION BY entity ORDER BY
-    unix_micros(event_time) RANGE BETWEEN span PRECEDING AND 1 PRECEDING``). The ingest pass keeps
-    them as running sums (:meth:`PassStep.lookback`) instead of re-reading the span every micro-batch."""
+    unix_micros(event_time) RANGE BETWEEN span PRECEDING AND 1 PRECEDING``): both layers compute
+    that window; the ingest pass over the micro-batch's events and the span before them in Silver
+    (:meth:`PassStep.lookback`)."""
 
     topic: str
     entity: str
@@ -140,63 +140,34 @@ def sql_time(instant: datetime) -> str:
 
 class PassStep(Protocol):
     """One micro-batch as the ingest pass hands it to a view's ``incremental`` function
-    (speed_layer/view_pass.py). Its reads see the tables as the micro-batch found them."""
+    (speed_layer/view_pass.py), as Spark DataFrames of the micro-batch's session. Its reads see
+    the tables as the micro-batch found them: a view's state is its speed table and Silver, read
+    by Spark, never rows kept in the driver."""
 
     settings: Settings
 
-    def events(self, topic: str) -> pa.Table:
-        """The topic's on-time events of the micro-batch: typed fields, ``event_time``, ``arrived_at``
-        and ``ingested_at`` (the micro-batch's time)."""
+    def events(self, topic: str) -> DataFrame:
+        """The topic's on-time events of the micro-batch (of those since the view last ran, for
+        a view on an interval of its own): typed fields, ``event_time``, ``arrived_at`` and
+        ``ingested_at`` (their micro-batch's time)."""
 
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         """The topic's watermark when the micro-batch arrived (``after``: with its events counted)."""
 
-    def stored(self, table: str, fields: str, where: str, column: str | None = None,
-               values: Sequence[str] = ()) -> pa.Table:
-        """``fields`` (``"name type, …"``) of a table's rows matching SQL ``where`` (empty if no
-        table) and, with ``column``, whose ``column`` is one of ``values``."""
+    def stored(self, table: str) -> DataFrame:
+        """A table of the lake as the micro-batch found it (a speed table: the view's state)."""
 
-    def recent(self, topic: str) -> pa.Table:
-        """The topic's on-time events of earlier micro-batches within the view's ``Speed.recent``
-        before the watermark (the columns of :meth:`events`, ``ingested_at`` included)."""
+    def earlier(self, topic: str, where: str) -> DataFrame:
+        """The topic's events of earlier micro-batches (the columns of :meth:`events`) matching
+        SQL ``where``, read from Silver: on-time ones, unless a dimension reads the topic."""
 
-    def lookback(self, lookback: Lookback) -> pa.Table:
+    def lookback(self, lookback: Lookback) -> DataFrame:
         """The micro-batch's events of the look-back's topic (the columns of :meth:`events`) with
-        ``lookback_count``, ``lookback_sum`` and ``lookback_squares`` (DECIMAL(38,0)), in the order
-        the pass's engine gives them."""
+        ``lookback_count``, ``lookback_sum`` and ``lookback_squares`` (DECIMAL(38,0)) over the
+        same entity's on-time events within its span, of this and earlier micro-batches."""
 
-    def frame(self, rows: pa.Table, fields: str) -> DataFrame:
-        """Arrow rows as a Spark DataFrame of ``fields``."""
-
-    def query(self, sql: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-        """Spark SQL over Arrow tables named by ``{name}`` placeholders, run by Spark."""
-
-    def earlier(self, topic: str, fields: str, where: str) -> pa.Table:
-        """``fields`` of the topic's events of earlier micro-batches (as :meth:`events` gave
-        them) matching SQL ``where``, read from Silver."""
-
-    def held(self, name: str, fields: str, key: str, fill: Callable[[], pa.Table]) -> HeldRows:
-        """Rows of ``fields`` the view's step keeps in memory from one micro-batch to the next
-        (``name``: its own, e.g. ``order_payments/open_orders``; one row per ``key``). The first
-        step in a process (a start, a restart, a replay) fills them with ``fill()``: what the
-        lake holds as of the micro-batch (:meth:`stored`, :meth:`earlier`). The step keeps them
-        bounded: it takes out the rows no on-time event can change any more."""
-
-
-class HeldRows(Protocol):
-    """:meth:`PassStep.held`: rows in memory, indexed by their key (speed_layer/held_rows.py)."""
-
-    def get(self, column: str, values: Sequence[object]) -> pa.Table:
-        """The held rows whose ``column`` is one of ``values``."""
-
-    def put(self, rows: pa.Table) -> None:
-        """Hold ``rows``, each in place of the held row of its key."""
-
-    def take(self, where: str) -> pa.Table:
-        """Stop holding the rows matching SQL ``where``, and give them."""
-
-    def take_matching(self, column: str, values: Sequence[object]) -> pa.Table:
-        """Stop holding the rows whose ``column`` is one of ``values``, and give them."""
+    def query(self, sql: str, frames: Mapping[str, DataFrame]) -> DataFrame:
+        """Spark SQL over DataFrames named by ``{name}`` placeholders."""
 
 
 @dataclass(frozen=True)
@@ -219,13 +190,9 @@ class Speed:
     # micro-batch alone and merges the partial rows, instead of a streaming query of its own.
     partials: Partials | None = None
     # A view whose state is more than a monoid, kept by the ingest pass all the same: given one
-    # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``).
-    incremental: Callable[[PassStep], DataFrame] | None = None
-    # Per topic, how far before the watermark an ``incremental`` step reads the on-time events of
-    # earlier micro-batches again (:meth:`PassStep.recent`; the ingest pass keeps them in memory).
-    recent: Mapping[str, timedelta] = field(default_factory=dict)
-    # The look-back whose statistics an ``incremental`` step reads (:meth:`PassStep.lookback`).
-    lookback: Lookback | None = None
+    # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``;
+    # None: none), its state read back by Spark from the speed table and Silver.
+    incremental: Callable[[PassStep], DataFrame | None] | None = None
     # Columns only the speed table keeps, not served (``"name type, …"``): what partial rows merge
     # (a distinct-count sketch, exact sums behind a mean), which the definition gives when
     # ``context.exact`` is False, or what an ``incremental`` step reads back (a session's pages).
@@ -234,7 +201,7 @@ class Speed:
     # will do (None: every trigger). Each micro-batch has a fixed cost on cores all queries share,
     # so a view that need not be fresh to the second leaves them to those that must. Declared on
     # an ``incremental`` view, it also says that its step may run on several micro-batches' events
-    # at once (it reads no ``recent``, ``lookback`` or watermark).
+    # at once (it reads no earlier events, look-back or watermark).
     refresh: timedelta | None = None
 
 

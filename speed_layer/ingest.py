@@ -26,11 +26,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import datetime, timedelta, timezone
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
@@ -44,8 +43,6 @@ from include.schemas import TOPICS
 from include.spark import with_batch_values
 from include.views import VIEWS, speed_trigger_intervals, speed_views
 from include.views.rules import first_copies
-from speed_layer.freed_memory import trimmer
-from speed_layer.recent import RecentEvents, horizons
 from speed_layer.view_pass import STATE_TOPICS, MicroBatch, ViewPass
 
 if TYPE_CHECKING:
@@ -56,7 +53,6 @@ log = logging.getLogger(__name__)
 QUERY = "speed_ingest"
 # Topics whose on-time events the Gold queries read; late ones too for topics a dimension reads.
 FEED_TOPICS = input_topics(VIEWS)
-VIEW_TIMES = ("event_time", "arrived_at", "ingested_at")  # the views' events' columns besides their fields
 DLQ_RAW_LIMIT = 8192
 ROWS_PER_WRITE_TASK = 100_000
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -84,22 +80,6 @@ def view_events(batch: DataFrame, topic: str) -> DataFrame:
 
 def _wanted():  # noqa: ANN202 - Column
     return ~F.col("is_late") | F.col("topic").isin(*STATE_TOPICS)
-
-
-def collect_view_events(batch: DataFrame, topics: list[str]) -> dict[str, pa.Table]:
-    """:func:`view_events` of several topics on the driver, in one Spark job."""
-    columns = [record_column(topic) for topic in topics]
-    rows = batch.where(F.col("topic").isin(*topics) & ~F.col("rejected") & _wanted()).select(
-        "topic", *columns, *VIEW_TIMES).toArrow()
-    collected = {}
-    for topic in topics:
-        part = rows.filter(pc.equal(rows["topic"], topic))
-        record = part[record_column(topic)].combine_chunks()
-        columns = {field.name: record.field(at) for at, field in enumerate(record.type)}
-        for name in VIEW_TIMES:
-            columns.setdefault(name, part[name].combine_chunks())
-        collected[topic] = pa.table(columns)
-    return collected
 
 
 def parsed_events(raw: dict[str, DataFrame], settings: Settings) -> DataFrame:
@@ -184,16 +164,8 @@ class IngestBatch:
         self._maxima: dict[str, datetime] = {}
         self._through: int | None = None
         self._timings: dict[str, float] = {}  # seconds per step of the current micro-batch, for its log line
-        # The on-time events the pass's steps read again (alerts' look-back and recent orders), in memory.
-        self.recent = RecentEvents(store, horizons(self.view_pass.computed))
-        again = set(self.recent.horizons) | {view.speed.lookback.topic for view in self.view_pass.computed
-                                             if view.speed.lookback}
-        if again & set(STATE_TOPICS):  # those topics' view events include late ones
-            raise ValueError(f"a dimension reads {sorted(again & set(STATE_TOPICS))}: "
-                             "a step cannot read its events again as recent on-time events")
         # One pool for every micro-batch: its writes run in parallel.
         self._writers = ThreadPoolExecutor(max_workers=len(topics) + 3, thread_name_prefix="ingest-write")
-        self._trim = trimmer()  # what the micro-batches freed, back to the system now and then
 
     def watermarks(self, batch_id: int) -> dict[str, datetime | None]:
         """Per topic: max event time of the batches before ``batch_id``, minus the delay."""
@@ -235,23 +207,19 @@ class IngestBatch:
             counts = {row["topic"]: {**row.asDict(), "max_event_time": _instant(row["max_event_micros"])}
                       for row in summary}
             self._timings = {"read, parse, dedup": time.perf_counter() - started}
-            recent = {}
             if counts:
                 tasks = self._write_tasks(batch, counts)
-                recent = self._write(batch.sparkSession, batch.coalesce(tasks), tasks, batch_id, at, counts,
-                                     watermarks)
+                self._write(batch.sparkSession, batch.coalesce(tasks), tasks, batch_id, at, counts, watermarks)
         finally:
             batch.unpersist()
-        self._done(batch_id, counts, recent)
+        self._done(batch_id, counts)
 
-    def _done(self, batch_id: int, counts: dict[str, dict], recent: dict[str, pa.Table]) -> None:
-        """The state the next micro-batch starts from: recent events, each topic's max event time."""
-        self.recent.add(batch_id, recent)
+    def _done(self, batch_id: int, counts: dict[str, dict]) -> None:
+        """The state the next micro-batch starts from: each topic's max event time."""
         for topic, count in counts.items():
             if count["max_event_time"] is not None:
                 self._maxima[topic] = max(count["max_event_time"], self._maxima.get(topic, count["max_event_time"]))
         self._through = batch_id
-        self._trim()
 
     @staticmethod
     def _write_tasks(batch: DataFrame, counts: dict[str, dict]) -> int:
@@ -262,9 +230,8 @@ class IngestBatch:
         return max(1, min(cores, rows // ROWS_PER_WRITE_TASK))
 
     def _write(self, spark: SparkSession, batch: DataFrame, tasks: int, batch_id: int, at: datetime,
-               counts: dict[str, dict], watermarks: dict) -> dict[str, pa.Table]:
-        """Every write of the micro-batch; returns its on-time events of the topics the pass reads
-        again (:mod:`speed_layer.recent`)."""
+               counts: dict[str, dict], watermarks: dict) -> None:
+        """Every write of the micro-batch, then its accounting row."""
         txn = Txn(QUERY, batch_id)
         feed_topics = [t for t in self.feed_topics if counts.get(t, {}).get("silver_rows")]
         appends = {tables.silver(topic): self._silver_rows(batch, topic)
@@ -280,25 +247,11 @@ class IngestBatch:
         delay = self.settings.watermark_delay
         after = {topic: max(filter(None, (counts.get(topic, {}).get("max_event_time"), self._maxima.get(topic))),
                             default=None) for topic in self.topics}
-        collected: dict[str, pa.Table] = {}
-
-        def collect(topics: list[str]) -> dict[str, pa.Table]:  # once per topic, the first time a step asks
-            missing = [topic for topic in topics if topic not in collected]
-            if missing:
-                collected.update(collect_view_events(batch, missing))
-            return {topic: collected[topic] for topic in topics}
-
-        recent_topics = list(self.recent.horizons)
-        recent = cache(lambda: self.recent.before(
-            batch_id, watermarks, {topic: rows.schema for topic, rows in collect(recent_topics).items()}))
         micro_batch = MicroBatch(
             spark=spark, txn=txn, at=at,
             fed={topic for topic, count in counts.items()
                  if count["silver_rows"] > (0 if topic in STATE_TOPICS else count["late_rows"])},
             events=lambda topic: view_events(batch, topic),
-            collect=collect, recent=lambda topic: recent()[topic],
-            lookback=lambda lookback, events, query: self.recent.moments(
-                lookback, batch_id, watermarks.get(lookback.topic), events, query),
             watermarks=watermarks,
             watermarks_after={topic: latest - delay if latest else None for topic, latest in after.items()})
         writes |= self.view_pass.writes(micro_batch)
@@ -321,8 +274,6 @@ class IngestBatch:
         log.info("ingest batch %d: %s rows; seconds: %s", batch_id,
                  {t: c["silver_rows"] + c["dlq_rows"] for t, c in counts.items()},
                  ", ".join(f"{name} {seconds:.2f}" for name, seconds in self._timings.items()))
-        fed = [topic for topic in recent_topics if topic in micro_batch.fed]
-        return collect(fed) if fed else {}
 
     def _timed(self, name: str, write: Callable[[], object]) -> None:
         """Run one write, keeping its wall time for the micro-batch's log line (where time goes)."""

@@ -67,9 +67,11 @@ class DeltaSparkStore(LakehouseStore):
         return appended
 
     def read(
-        self, name: str, version: int | None = None, timestamp: datetime | str | None = None
+        self, name: str, version: int | None = None, timestamp: datetime | str | None = None,
+        session: SparkSession | None = None,
     ) -> DataFrame:
-        """The table as a Spark DataFrame: latest, or as of a version or a timestamp."""
+        """The table as a Spark DataFrame: latest, or as of a version or a timestamp. ``session``:
+        another than the store's (a streaming micro-batch's, to join its frames)."""
         if version is not None and timestamp is not None:
             raise ValueError("read takes a version or a timestamp, not both")
         if version is not None and version < 0:
@@ -78,7 +80,7 @@ class DeltaSparkStore(LakehouseStore):
             timestamp = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
         if timestamp is not None and timestamp.tzinfo is None:
             raise ValueError(f"timestamp must carry a time zone, got '{timestamp.isoformat()}'")
-        return self._do_read(self._require(name), version, timestamp)
+        return self._do_read(self._require(name), version, timestamp, session)
 
     def read_latest(self, name: str) -> DataFrame:
         """The table as a DataFrame that reads its latest version each time it runs: the static
@@ -150,8 +152,9 @@ class DeltaSparkStore(LakehouseStore):
     def _do_delete(self, path: str, predicate: str) -> None:
         self._table(path).delete(predicate)
 
-    def _do_read(self, path: str, version: int | None, timestamp: datetime | None) -> DataFrame:
-        reader = self.spark.read.format("delta")
+    def _do_read(self, path: str, version: int | None, timestamp: datetime | None,
+                 session: SparkSession | None = None) -> DataFrame:
+        reader = (session or self.spark).read.format("delta")
         if version is not None:
             reader = reader.option("versionAsOf", version)
         elif timestamp is not None:

@@ -8,23 +8,24 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from include.notifier import announce_alerts
-from include.registry import Differences, Lookback, PassStep, Speed, ViewContext, ViewSpec, column_names, view
+from include.registry import (
+    Differences, Lookback, PassStep, Speed, ViewContext, ViewSpec, column_names, sql_time, view,
+)
 from include.views.rules import window_start_sql
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 ANOMALY_LOOKBACK = timedelta(minutes=15)
 ANOMALY_MIN_READINGS, ANOMALY_SIGMAS = 5, 3
 # The anomaly test's readings, in exact hundredths of a degree, and the look-back's statistics of
-# them: a window in the batch, running sums in the stream (PassStep.lookback).
+# them: the same window in both layers (PassStep.lookback).
 HUNDREDTHS = "CAST(round(temperature * 100) AS DECIMAL(38,0))"
 ANOMALY = Lookback(topic="sensors", entity="device_id", value=HUNDREDTHS, span=ANOMALY_LOOKBACK)
 VELOCITY_WINDOW = timedelta(minutes=5)
 ALERT_KINDS = ("high_temperature", "temperature_anomaly", "order_velocity")
 # The stream's inputs also carry ``ingested_at`` (its micro-batch's time), its orders ``fresh``
-# (in this micro-batch, not re-read from the recent ones) and its readings (all fresh) the
+# (in this micro-batch, not one of the earlier ones read from Silver) and its readings the
 # look-back's ``lookback_count``, ``lookback_sum`` and ``lookback_squares``: see :func:`alerts_step`.
 FRESH, INGESTED = "fresh", "ingested_at"
 
@@ -65,8 +66,7 @@ def alert_differences(spec: ViewSpec) -> str:
         },
     ),
     speed=Speed(mode="update", freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts,
-                incremental=lambda step: alerts_step(step),
-                recent={"orders": VELOCITY_WINDOW}, lookback=ANOMALY),
+                incremental=lambda step: alerts_step(step)),
     declared_in_sql=True,
 )
 def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
@@ -117,23 +117,22 @@ def alerts(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
         FROM raised"""
 
 
-def alerts_step(step: PassStep) -> pa.Table:
+def alerts_step(step: PassStep) -> DataFrame:
     """``alerts`` kept by the ingest pass: the definition re-run on the micro-batch's readings with
-    their look-back's statistics (``Speed.lookback``), and on its orders (``fresh``) with the
-    recent ones of the same users (the orders of the windows they count in: ``Speed.recent``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    new, old = step.events("orders"), step.recent("orders")
-    # An old order counts only in a window a fresh order of its user falls in too: of the same
-    # users, from the fresh orders' first window on.
-    if new.num_rows:
-        window_us = VELOCITY_WINDOW // timedelta(microseconds=1)
-        first_us = pc.min(new["event_time"]).cast(pa.timestamp("us", "UTC")).cast(pa.int64()).as_py()
-        first_window = pa.scalar(first_us - first_us % window_us, pa.int64()).cast(pa.timestamp("us", "UTC"))
-        old = old.filter(pc.greater_equal(old["event_time"], first_window.cast(old["event_time"].type)))
-    old = old.filter(pc.is_in(old["user_id"], pc.unique(new["user_id"]))).select(new.column_names).cast(new.schema)
-    orders = pa.concat_tables([table.append_column(FRESH, pa.array([fresh] * table.num_rows, pa.bool_()))
-                               for table, fresh in ((old, False), (new, True))])
+    their look-back's statistics (:meth:`PassStep.lookback`), and on its orders (``fresh``) with
+    the earlier ones of the same users and windows from Silver (on-time, so after the watermark
+    minus the window: a fresh order is after the watermark)."""
+    window = int(VELOCITY_WINDOW.total_seconds())
+    new = step.events("orders")
+    watermark = step.watermark("orders")
+    recent = f"event_time > {sql_time(watermark - VELOCITY_WINDOW)}" if watermark else "true"
+    orders = step.query(f"""
+        WITH fresh AS (SELECT *, {window_start_sql("event_time", window)} AS window_start FROM {{new}}),
+        old AS (SELECT *, {window_start_sql("event_time", window)} AS window_start FROM {{earlier}})
+        SELECT * EXCEPT (window_start), true AS {FRESH} FROM fresh
+        UNION ALL
+        SELECT * EXCEPT (window_start), false AS {FRESH} FROM old
+        WHERE (user_id, window_start) IN (SELECT user_id, window_start FROM fresh)""",
+        {"new": new, "earlier": step.earlier("orders", recent)})
     return step.query(alerts.sql(ViewContext(step.settings, exact=False)),
                       {"sensors": step.lookback(ANOMALY), "orders": orders})

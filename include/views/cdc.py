@@ -10,7 +10,6 @@ from include.registry import Differences, Partials, PassStep, Speed, ViewContext
 from include.views.rules import DASHBOARD_REFRESH, money_sum_sql, window_start_sql
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 CUSTOMER_FIELDS = "customer_id string, name string, email string, segment string, country string"
@@ -122,18 +121,15 @@ def history_sql(source: str) -> str:
         FROM versions"""
 
 
-def customers_history_step(step: PassStep) -> pa.Table:
+def customers_history_step(step: PassStep) -> DataFrame:
     """``customers_history`` kept by the ingest pass: the definition re-run on every change of the
     customers a micro-batch changes. Their earlier changes are their stored versions (one per
     change that counted), turned back into changes that arrived before any new one, so that a new
     change with a version's ``ts_ms`` takes its place, as the definition's rule says. Versions are
     only added or updated (a delete is a tombstone version), so merging the rows by key suffices."""
-    import pyarrow.compute as pc
-
     changes = step.events("customers_cdc")
-    image_id = [pc.struct_field(changes[side], "customer_id") for side in ("after", "before")]
-    ids = pc.unique(pc.coalesce(*image_id)).to_pylist()
-    stored = step.stored(customers_history.speed_table, customers_history.fields, "true", "customer_id", ids)
+    changed = changes.selectExpr("coalesce(after.customer_id, before.customer_id) AS customer_id").distinct()
+    stored = step.stored(customers_history.speed_table).join(changed, "customer_id", "left_semi")
     fields = ", ".join(f"'{name}', {name}" for name in ("customer_id", *CUSTOMER_COLUMNS))
     image = f"named_struct({fields})"
     both = f"""

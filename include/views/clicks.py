@@ -6,14 +6,12 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from include import ddl
 from include.registry import Partials, PassStep, Speed, ViewContext, sql_time, view
 from include.views.rules import (
     DASHBOARD_REFRESH, distinct_count_sql, merged_distinct_count, sketch_of, window_start_sql,
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 TRAFFIC_WINDOW, TRAFFIC_SLIDE_SECONDS = "10 minutes", 300
@@ -145,21 +143,21 @@ def sessions_merge_sql(gap: timedelta) -> str:
         FROM changed"""
 
 
-def user_sessions_step(step: PassStep) -> pa.Table:
+def user_sessions_step(step: PassStep) -> DataFrame | None:
     """``user_sessions`` kept by the ingest pass: per user, the micro-batch's clicks merged with the
     stored sessions they may extend or join (ending at most the gap before its first click,
     starting at most the gap after its last) by the stream's rule (:func:`sessions_merge_sql`).
     The rows are the sessions that changed, and a tombstone for a stored session that merged into
     another. The speed table keeps each session's pages for the next merge."""
-    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
 
-    gap, fields = SESSION_GAP, user_sessions.speed_fields
-    clicks = step.events("clicks")
-    if clicks.num_rows == 0:
-        return ddl.arrow_schema(fields).empty_table()
-    first, last = pc.min_max(clicks["event_time"]).values()
-    users = pc.unique(clicks["user_id"]).to_pylist()
-    stored = step.stored(user_sessions.speed_table, fields, f"session_end >= {sql_time(first.as_py() - gap)} "
-                         f"AND session_start <= {sql_time(last.as_py() + gap)}", "user_id", users)
-    return step.query(sessions_merge_sql(gap), {"stored": stored, "clicks": clicks.select(
-        ["user_id", "event_time", "page_url", "action"])})
+    clicks = step.events("clicks").select("user_id", "event_time", "page_url", "action")
+    first, last = clicks.agg(F.min("event_time"), F.max("event_time")).first()
+    if first is None:
+        return None
+    gap = SESSION_GAP  # Spark gives the bounds as naive UTC instants (the session's time zone)
+    stored = step.stored(user_sessions.speed_table).where(
+        f"session_end >= {sql_time(first - gap)} "
+        f"AND session_start <= {sql_time(last + gap)}")
+    stored = stored.join(clicks.select("user_id").distinct(), "user_id", "left_semi")
+    return step.query(sessions_merge_sql(gap), {"stored": stored, "clicks": clicks})

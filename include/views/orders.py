@@ -4,20 +4,17 @@ payment in the join window."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from include import ddl
 from include.registry import (
-    Differences, HeldRows, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql,
-    column_names, sql_time, view,
+    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql,
+    sql_time, view,
 )
 from include.views.rules import (
     distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 REVENUE_WINDOW = "5 minutes"
@@ -120,90 +117,44 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> str
 
 ORDER_PAYMENTS_COLUMNS = ("order_id", "user_id", "category", "amount", "order_time", "payment_id", "paid_amount",
                           "pay_time", "status", "date")
-ORDER_FIELDS = "order_id string, user_id string, category string, amount double, event_time timestamp"
-PAYMENT_FIELDS = "payment_id string, order_id string, amount double, event_time timestamp"
-# What the stream holds of an order whose window is open (PassStep.held): its fields, and whether it is paid.
-OPEN_ORDER_FIELDS = ("order_id string, user_id string, category string, amount double, order_time timestamp, "
-                     "paid boolean")
-OPEN_ORDERS, WAITING_PAYMENTS = "order_payments/open_orders", "order_payments/waiting_payments"
+ORDER_COLUMNS = ("order_id", "user_id", "category", "amount", "event_time")
+PAYMENT_COLUMNS = ("payment_id", "order_id", "amount", "event_time")
 
 
-def order_payments_step(step: PassStep) -> pa.Table:
+def order_payments_step(step: PassStep) -> DataFrame:
     """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
-    touches: its on-time orders, the open orders its payments may pay and those whose window it
-    closes, and its payments with those that came before their order. Open orders and waiting
-    payments are held in memory (:meth:`PassStep.held`): an order until the payments' watermark
-    passes its window's end, a payment until the orders' watermark passes it (an on-time order
-    comes after that watermark, so it pays no earlier payment). A join row left without a
-    payment is not ``unpaid`` yet: the order stays ``pending`` until its window closes."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from include.lakehouse.base import sql_literal
-
+    touches. Its state is the lake's, as the micro-batch found it: an order's window is open
+    (its speed row ``pending`` or ``paid``) until the payments' watermark passes its end, and a
+    payment waits in Silver for its order until the orders' watermark passes it (an on-time order
+    comes after that watermark, so it pays no earlier payment). The orders run again are the
+    micro-batch's, the open ones its payments may pay and the pending ones whose window it closes
+    (now ``unpaid``); the payments, the micro-batch's and the waiting ones of its orders. A join
+    row left without a payment is not ``unpaid`` yet: the order stays ``pending`` until its
+    window closes."""
+    window = step.settings.join_window
     paid_by, paid_until = step.watermark("payments"), step.watermark("payments", after=True)
-    closes_at = paid_until - step.settings.join_window if paid_until else None
-    open_orders = step.held(OPEN_ORDERS, OPEN_ORDER_FIELDS, "order_id", lambda: stored_open_orders(step, paid_by))
-    waiting = step.held(WAITING_PAYMENTS, PAYMENT_FIELDS, "payment_id",
-                        lambda: earlier_waiting_payments(step, step.watermark("orders"), open_orders))
-    new_orders = step.events("orders").select(column_names(ORDER_FIELDS))
-    new_payments = step.events("payments").select(column_names(PAYMENT_FIELDS))
-    closing = (open_orders.take(f"order_time <= {sql_literal(closes_at)}") if closes_at
-               else ddl.arrow_schema(OPEN_ORDER_FIELDS).empty_table())
-    paying = pc.unique(new_payments["order_id"])
-    known = open_orders.get("order_id", paying.to_pylist())  # open orders these payments may pay
-    # Closing orders to run again: those the payments may pay, and the pending ones (now unpaid).
-    closing = closing.filter(pc.or_(pc.is_in(closing["order_id"], paying), pc.invert(closing["paid"])))
-    orders = pa.concat_tables([new_orders, *(held.drop_columns(["paid"]).rename_columns(new_orders.column_names)
-                                             .cast(new_orders.schema) for held in (known, closing))])
-    new_ids = pc.unique(new_orders["order_id"])
-    payments = pa.concat_tables([new_payments, waiting.take_matching("order_id", new_ids.to_pylist())])
-
-    # The closing time as a table, not a literal: the query's text stays the same (translated once).
+    orders_seen_to = step.watermark("orders")
+    still_open = f"order_time > {sql_time(paid_by - window)}" if paid_by else "true"
+    closes = f"order_time <= {sql_time(paid_until - window)}" if paid_until else "false"
+    waiting = f"event_time > {sql_time(orders_seen_to)}" if orders_seen_to else "true"
+    new_orders = step.events("orders").select(*ORDER_COLUMNS)
+    new_payments = step.events("payments").select(*PAYMENT_COLUMNS)
+    orders = step.query(f"""
+        SELECT * FROM {{new_orders}}
+        UNION ALL
+        SELECT order_id, user_id, category, amount, order_time AS event_time FROM {{stored}}
+        WHERE status <> 'unpaid' AND {still_open}
+          AND (order_id IN (SELECT order_id FROM {{new_payments}}) OR (status = 'pending' AND {closes}))""",
+        {"new_orders": new_orders, "new_payments": new_payments, "stored": step.stored(order_payments.speed_table)})
+    payments = step.query("""
+        SELECT * FROM {new_payments}
+        UNION ALL
+        SELECT * FROM {waiting} WHERE order_id IN (SELECT order_id FROM {new_orders})""",
+        {"new_payments": new_payments, "new_orders": new_orders,
+         "waiting": step.earlier("payments", waiting).select(*PAYMENT_COLUMNS)})
     columns = ", ".join(name if name != "status" else
-                        "CASE WHEN status = 'pending' AND order_time <= (SELECT at FROM {closes_at}) THEN 'unpaid' "
-                        "ELSE status END AS status" for name in ORDER_PAYMENTS_COLUMNS)
+                        f"CASE WHEN status = 'pending' AND {closes} THEN 'unpaid' ELSE status END AS status"
+                        for name in ORDER_PAYMENTS_COLUMNS)
     definition = order_payments.sql(ViewContext(step.settings, exact=False))
-    rows = step.query(f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'",
-                      {"orders": orders, "payments": payments,
-                       "closes_at": pa.table({"at": pa.array([closes_at], pa.timestamp("us", "UTC"))})})
-
-    paid = pc.unique(rows.filter(pc.equal(rows["status"], "paid"))["order_id"])
-    arrived = new_orders.rename_columns(["order_time" if name == "event_time" else name
-                                         for name in new_orders.column_names])
-    arrived = arrived.append_column("paid", pc.is_in(arrived["order_id"], paid)).cast(known.schema)
-    if closes_at:  # an order whose window closed as it arrived is not held
-        arrived = arrived.filter(pc.greater(arrived["order_time"], pa.scalar(closes_at, arrived["order_time"].type)))
-    open_orders.put(arrived)
-    newly_paid = known.filter(pc.and_(pc.invert(known["paid"]), pc.is_in(known["order_id"], paid)))
-    open_orders.put(newly_paid.set_column(known.schema.get_field_index("paid"), "paid",
-                                          pa.array([True] * newly_paid.num_rows, pa.bool_())))
-    seen = pa.concat_arrays([new_ids, known["order_id"].combine_chunks(), closing["order_id"].combine_chunks()])
-    waiting.put(new_payments.filter(pc.invert(pc.is_in(new_payments["order_id"], seen))))
-    orders_until = step.watermark("orders", after=True)
-    if orders_until:
-        waiting.take(f"event_time <= {sql_literal(orders_until)}")
-    return rows
-
-
-def stored_open_orders(step: PassStep, paid_by: datetime | None) -> pa.Table:
-    """The orders whose window the payments' watermark ``paid_by`` has not closed, from the speed
-    table: a new process's :data:`OPEN_ORDERS`."""
-    import pyarrow.compute as pc
-
-    still_open = f"order_time > {sql_time(paid_by - step.settings.join_window)}" if paid_by else "true"
-    rows = step.stored(order_payments.speed_table, "order_id string, user_id string, category string, "
-                       "amount double, order_time timestamp, status string", f"status <> 'unpaid' AND {still_open}")
-    return rows.append_column("paid", pc.equal(rows["status"], "paid")).drop_columns(["status"])
-
-
-def earlier_waiting_payments(step: PassStep, orders_seen_to: datetime | None, open_orders: HeldRows) -> pa.Table:
-    """The earlier micro-batches' payments that no order seen so far took and an on-time order
-    may still take (after the orders' watermark): a new process's :data:`WAITING_PAYMENTS`."""
-    import pyarrow.compute as pc
-
-    payments = step.earlier("payments", PAYMENT_FIELDS,
-                            f"event_time > {sql_time(orders_seen_to)}" if orders_seen_to else "true")
-    seen = open_orders.get("order_id", pc.unique(payments["order_id"]).to_pylist())["order_id"]
-    return payments.filter(pc.invert(pc.is_in(payments["order_id"], seen.combine_chunks())))
-
+    return step.query(f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'",
+                      {"orders": orders, "payments": payments})

@@ -13,7 +13,6 @@ from include.config import spark_interval
 from include.registry import ViewContext
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
 
 # The continuous stream updates some views with queries of their own this often (``Speed.refresh``),
@@ -97,21 +96,6 @@ def first_copies(events: DataFrame, key: Sequence[str], horizon: timedelta | Non
         return events.withWatermark("ingested_at", spark_interval(delay)).dropDuplicatesWithinWatermark(list(key))
     order = Window.partitionBy(*key).orderBy(*[F.col(c).asc_nulls_last() for c in FIRST_COPY_ORDER])
     return events.withColumn("_copy", F.row_number().over(order)).where("_copy = 1").drop("_copy")
-
-
-def first_copy_rows(rows: pa.Table, key: str) -> pa.Array:
-    """:func:`first_copies` on Arrow: the positions in ``rows`` of the first copy of each ``key``
-    by :data:`FIRST_COPY_ORDER` (nulls last, as there)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    numbered = rows.select([key, *FIRST_COPY_ORDER]).append_column("_row", pa.array(range(rows.num_rows), pa.int64()))
-    ordered = numbered.sort_by([(key, "ascending"), *[(column, "ascending") for column in FIRST_COPY_ORDER]])
-    keys = ordered[key].combine_chunks()
-    if not len(keys):
-        return pa.array([], pa.int64())
-    first = pa.concat_arrays([pa.array([True]), pc.not_equal(keys[1:], keys[:-1])])
-    return ordered["_row"].filter(first)
 
 
 def exact_sum_sql(column: str, scale: int = 2) -> str:

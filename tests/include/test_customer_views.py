@@ -101,10 +101,7 @@ def run_speed(spark, settings, store, view, folder, name, batch=None):
         events = spark.read.schema(CDC).parquet(str(folder / f"b{batch}"))
         micro_batch = MicroBatch(spark=spark, txn=Txn("speed_ingest", batch), at=datetime.now(timezone.utc),
                                  fed={"customers_cdc"},
-                                 events=lambda topic: events,
-                                 collect=lambda topics: {topic: events.toArrow() for topic in topics},
-                                 recent=lambda topic: events.toArrow().slice(0, 0), watermarks={},
-                                 watermarks_after={}, lookback=lambda *_: pytest.fail("no look-back here"))
+                                 events=lambda topic: events, watermarks={}, watermarks_after={})
         for write in ViewPass(settings, store, [view]).writes(micro_batch).values():
             write()
         return

@@ -8,15 +8,14 @@ import json
 import statistics
 from datetime import datetime, timezone
 from unittest.mock import ANY
-from functools import cache
 
 import pytest
 from pyspark.sql import functions as F
 
+from include import tables
 from include.lakehouse import Txn, open_store
 from include.registry import ViewContext, column_names
 from include.views import VIEWS_BY_NAME
-from speed_layer.recent import RecentEvents, horizons
 from speed_layer.view_pass import MicroBatch, ViewPass
 
 ORDERS = "order_id string, user_id string, category string, amount double, event_time timestamp, arrived_at timestamp"
@@ -41,38 +40,37 @@ def payment(payment_id, order_id, minute, hour=10, amount=10.0):
 @pytest.fixture
 def run_pass(spark, settings):
     """Run the pass of ``views`` on one micro-batch: its on-time events per topic (ingested at
-    12:00 plus the batch id in seconds, modulo a minute) and the watermarks before and after it. The on-time
-    events the steps read again are kept across calls, as ingest keeps them."""
+    12:00 plus the batch id in seconds, modulo a minute) and the watermarks before and after it.
+    The events go into Silver too, as ingest writes them, where later micro-batches read them."""
     store = open_store(settings, spark)
-    kept = {}
+    passes = {}
 
     def run(views, batch_id, orders=(), payments=(), watermark=None, after=None, clicks=(), orders_watermark=None,
             sensors=(), sensors_watermark=None, orders_after=None, new_process=False):
         views = [VIEWS_BY_NAME[name] for name in views]
         if new_process:
-            kept.clear()
-        recent = kept.setdefault("recent", RecentEvents(store, horizons(views)))
+            passes.clear()
         given = {"orders": (orders, ORDERS), "payments": (payments, PAYMENTS), "clicks": (clicks, CLICKS),
                  "sensors": (sensors, SENSORS)}
         ingested_at = F.lit(t(12, 0, batch_id % 60))
         frames = {topic: spark.createDataFrame(list(rows), schema).withColumn("ingested_at", ingested_at)
                   for topic, (rows, schema) in given.items()}
-        arrow = {topic: frame.toArrow() for topic, frame in frames.items()}
         watermarks = {"payments": watermark, "orders": orders_watermark, "sensors": sensors_watermark}
-        before = cache(lambda: recent.before(batch_id, watermarks, {topic: arrow[topic].schema for topic in arrow}))
+        txn = Txn("speed_ingest", batch_id)
         batch = MicroBatch(
-            spark=spark, txn=Txn("speed_ingest", batch_id), at=t(12, 0, batch_id % 60),
+            spark=spark, txn=txn, at=t(12, 0, batch_id % 60),
             fed={topic for topic, (rows, _) in given.items() if rows},
-            events=frames.__getitem__, collect=lambda topics: {topic: arrow[topic] for topic in topics},
-            recent=lambda topic: before()[topic], watermarks=watermarks,
-            watermarks_after={"payments": after, "orders": orders_after},
-            lookback=lambda lookback, events, query: recent.moments(
-                lookback, batch_id, watermarks.get(lookback.topic), events, query))
-        view_pass = kept.setdefault(tuple(view.name for view in views), ViewPass(settings, store, views))
+            events=frames.__getitem__, watermarks=watermarks,
+            watermarks_after={"payments": after, "orders": orders_after})
+        for topic in given:  # as ingest ensures them before its first micro-batch
+            store.ensure_table(tables.silver(topic), tables.silver_schema(topic), tables.SILVER_PARTITIONS)
+        view_pass = passes.setdefault(tuple(view.name for view in views), ViewPass(settings, store, views))
         for write in view_pass.writes(batch).values():
             write()
-        recent.add(batch_id, arrow)
-        run.view_pass = view_pass
+        for topic in batch.fed:
+            store.append(tables.silver(topic), frames[topic].withColumns({
+                "event_id": F.expr("uuid()"), "batch_id": F.lit(batch_id).cast("bigint"), "is_late": F.lit(False),
+                "date": F.to_date("event_time")}), txn)
         return store
 
     return run
@@ -110,14 +108,11 @@ def test_order_payments_from_pending_to_paid_or_unpaid(spark, settings, run_pass
     store = run_pass([view.name], 1, orders=[order("o9", 3)], payments=[payment("p1", "o1", 20)],
                      watermark=t(9, 56), after=t(10, 10))  # a replay
     assert store.version(view.speed_table) == version
-    held = run_pass.view_pass.held_rows
-    assert held["order_payments/open_orders"].get("order_id", ["o1", "o2", "o9"]).num_rows == 0  # all closed
-    assert held["order_payments/waiting_payments"].get("order_id", ["o8", "o9"])["payment_id"].to_pylist() == ["p8"]
     assert column_names(view.fields) == store.read(view.speed_table).columns
 
 
-def test_a_new_process_holds_the_open_orders_again_from_the_speed_table(spark, settings, run_pass):
-    """After a restart the orders whose window is open are read back once, paid or not; a
+def test_a_new_process_reads_the_open_orders_from_the_speed_table(spark, settings, run_pass):
+    """After a restart the orders whose window is open are in the speed table, paid or not; a
     payment then pays a pending one, and the watermark closes the others as before."""
     view = VIEWS_BY_NAME["order_payments"]
     run_pass([view.name], 0, orders=[order("o1", 0), order("o2", 5), order("o3", 50, hour=9)],
@@ -126,60 +121,18 @@ def test_a_new_process_holds_the_open_orders_again_from_the_speed_table(spark, s
                      new_process=True)
     rows = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
     assert rows == {"o1": ("paid", "p1"), "o2": ("paid", "p2"), "o3": ("unpaid", None)}  # 9:50 + 1 h <= 10:58
-    open_orders = run_pass.view_pass.held_rows["order_payments/open_orders"]
-    assert sorted(open_orders.get("order_id", ["o1", "o2", "o3"])["order_id"].to_pylist()) == ["o1", "o2"]
 
 
-def test_held_rows_are_filled_again_for_a_micro_batch_run_again(settings):
-    """Held rows follow the micro-batches; asked for one at or before the last that changed them
-    (the same micro-batch run again in the process), they are filled from the lake again."""
-    import pyarrow as pa
-
-    from speed_layer.view_pass import Step
-
-    held, fills = {}, []
-
-    def step(batch_id):
-        batch = MicroBatch(spark=None, txn=Txn("speed_ingest", batch_id), at=t(12, 0), fed=set(), events=None,
-                           collect=None, recent=None, lookback=None, watermarks={}, watermarks_after={})
-        return Step(settings, None, batch, [], held)
-
-    def fill():
-        fills.append(True)
-        return pa.table({"key": ["a"]})
-
-    step(1).held("view/rows", "key string", "key", fill).put(pa.table({"key": ["b"]}))
-    assert sorted(step(2).held("view/rows", "key string", "key", fill).get("key", ["a", "b"])["key"].to_pylist()) \
-        == ["a", "b"]
-    assert step(2).held("view/rows", "key string", "key", fill).get("key", ["a", "b"])["key"].to_pylist() == ["a"]
-    assert len(fills) == 2
-
-
-def test_waiting_payments_are_let_go_once_no_order_can_take_them(spark, settings, run_pass):
-    """Payments wait for their order until the orders' watermark passes them (then no on-time
-    order can come)."""
-    run_pass(["order_payments"], 1, payments=[payment("p1", "o1", 0), payment("p2", "o2", 30)])
-    run_pass(["order_payments"], 2, orders=[order("o3", 40)], orders_watermark=t(9, 30), orders_after=t(10, 10))
-    waiting = run_pass.view_pass.held_rows["order_payments/waiting_payments"]
-    assert waiting.get("order_id", ["o1", "o2"])["payment_id"].to_pylist() == ["p2"]
-
-
-def test_many_ids_are_asked_for_in_slices(spark, settings, run_pass, monkeypatch):
-    """Many ids at once (a backlog's payments) are asked for in slices, of the held rows and of a
-    table; every slice is read."""
-    from speed_layer import held_rows, view_pass
-
-    monkeypatch.setattr(held_rows, "IN_LIST_SLICE", 2)
-    monkeypatch.setattr(view_pass, "IN_LIST_SLICE", 2)
-    orders = [order(f"o{i}", i) for i in range(7)]
-    run_pass(["order_payments"], 0, orders=orders)
-    store = run_pass(["order_payments"], 1, payments=[payment(f"p{i}", f"o{i}", 30) for i in range(7)],
-                     watermark=t(9, 50), after=t(9, 50))
-    table = VIEWS_BY_NAME["order_payments"].speed_table
-    rows = store.read(table).collect()
-    assert sorted((r["order_id"], r["status"]) for r in rows) == [(f"o{i}", "paid") for i in range(7)]
-    stored = view_pass.read_stored(store, table, "order_id string", "true", "order_id", [f"o{i}" for i in range(7)])
-    assert sorted(stored["order_id"].to_pylist()) == [f"o{i}" for i in range(7)]
+def test_a_payment_waits_in_silver_while_an_on_time_order_can_take_it(spark, settings, run_pass):
+    """A payment that came first is read back from Silver while it is after the orders'
+    watermark: an order on time, just after that watermark, is paid by it; a payment before
+    its order pays nothing."""
+    view = VIEWS_BY_NAME["order_payments"]
+    run_pass([view.name], 1, payments=[payment("p1", "o1", 12), payment("p2", "o2", 30)])
+    store = run_pass([view.name], 2, orders=[order("o1", 11), order("o2", 40)], orders_watermark=t(10, 10),
+                     orders_after=t(10, 30))
+    rows = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
+    assert rows == {"o1": ("paid", "p1"), "o2": ("pending", None)}
 
 
 def test_no_events_of_a_view_s_topics_no_work(spark, settings, run_pass):
@@ -221,7 +174,7 @@ def reading(device, minute, temperature=20.0, hour=10):
     return (device, temperature, 40.0, t(hour, minute), t(hour, minute))
 
 
-def test_alerts_raised_once_from_the_micro_batch_and_the_recent_events(spark, settings, run_pass):
+def test_alerts_raised_once_from_the_micro_batch_and_the_earlier_events(spark, settings, run_pass):
     """An anomaly looks back at readings of an earlier micro-batch; an order-velocity alert is
     raised once, when the window's sixth order comes, and its count grows with the same
     detection; the notifier hears of each alert once, and a replay changes nothing."""
