@@ -317,6 +317,26 @@ def test_batch_equals_truth_exactly(lake, batched):
 
 
 # Last: it streams more days onto the module's lake.
+def test_spark_writes_every_pipeline_table_and_keeps_the_stream_s_state(lake, batched):
+    """One engine: every commit of every table the stream and the batch wrote names delta-spark
+    (delta-rs writes only the small ops tables), and ingest's checkpoint holds Spark's state
+    store (the dedup's ids), not the driver."""
+    from deltalake import DeltaTable
+
+    from include import tables
+
+    settings, _, _ = lake
+    lakehouse = settings.lakehouse_dir
+    names = sorted(str(log.parent.relative_to(lakehouse)) for log in lakehouse.glob("**/_delta_log"))
+    spark_written = [name for name in names if name not in tables.OPS_TABLES]
+    assert {"bronze/orders", "silver/orders", "speed/order_payments", "batch/order_payments"} <= set(spark_written)
+    for name in spark_written:
+        engines = {entry.get("engineInfo", "") for entry in DeltaTable(str(lakehouse / name)).history()}
+        assert engines and all(e.startswith("Apache-Spark/") and "Delta-Lake/" in e for e in engines), name
+    state = settings.checkpoints_dir / "speed_ingest" / "state"
+    assert any(path.is_file() for path in state.rglob("*")), "no state store in ingest's checkpoint"
+
+
 def test_merge_rule_idempotency_backfill_and_restatement(lake, batched):
     settings, store, _ = lake
     batched_rows = served_day(settings)
