@@ -74,8 +74,7 @@ class Step:
         fresh = self.batch.events(topic)
         if self.since is None or self.since >= self.batch.txn.version - 1:
             return fresh
-        earlier = self.earlier(topic, f"batch_id > {self.since}", fresh.columns)
-        return earlier.unionByName(fresh)
+        return self.earlier(topic, f"batch_id > {self.since}").unionByName(fresh)
 
     def watermark(self, topic: str, after: bool = False) -> datetime | None:
         return (self.batch.watermarks_after if after else self.batch.watermarks).get(topic)
@@ -83,9 +82,8 @@ class Step:
     def stored(self, table: str) -> DataFrame:
         return self.store.read(table, session=self.batch.spark)
 
-    def earlier(self, topic: str, where: str, columns: list[str] | None = None) -> DataFrame:
-        columns = columns or self.batch.events(topic).columns
-        return read_silver(self.store, self.batch.spark, topic, columns,
+    def earlier(self, topic: str, where: str) -> DataFrame:
+        return read_silver(self.store, self.batch.spark, topic, self.batch.events(topic).columns,
                            f"batch_id < {self.batch.txn.version} AND ({where})")
 
     def lookback(self, lookback: Lookback) -> DataFrame:
@@ -94,7 +92,7 @@ class Step:
         fresh = self.batch.events(lookback.topic)
         watermark = self.watermark(lookback.topic)
         since = f"event_time > {sql_time(watermark - lookback.span)}" if watermark else "true"
-        earlier = self.earlier(lookback.topic, since, fresh.columns).join(
+        earlier = self.earlier(lookback.topic, since).join(
             fresh.select(lookback.entity).distinct(), lookback.entity, "left_semi")
         both = earlier.withColumn("_fresh", F.lit(False)).unionByName(fresh.withColumn("_fresh", F.lit(True)))
         return self.query(f"""
