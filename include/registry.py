@@ -75,7 +75,7 @@ class ViewContext:
 
     settings: Settings
     # True in the batch layer (full history, exact distinct counts, every join window closed);
-    # False in the speed layer (watermarked streams, approximations where state would be unbounded).
+    # False in the speed layer (micro-batches, approximations where state would be unbounded).
     exact: bool
 
 
@@ -174,7 +174,6 @@ class PassStep(Protocol):
 class Speed:
     """What only the speed layer (and serving, reading its table) needs to know of a view."""
 
-    mode: Literal["update", "append"]  # Structured Streaming output mode of the view's query
     # Its max in the speed table is never later than the newest event counted (a window's start,
     # not its end): what ``status`` shows when the view's query has no progress to tell.
     freshness_time: str
@@ -244,6 +243,10 @@ class ViewSpec:
         unknown = [name for name in (partials.merge if partials else ()) if name not in column_names(self.speed_fields)]
         if unknown:
             raise ValueError(f"view '{self.name}': its partials merge {unknown}, which are not its columns")
+        if not self.in_ingest_pass and (partials is None or partials.merged != "read" or len(self.inputs) != 1):
+            # Its own query keeps no streaming state: each micro-batch's rows are appended.
+            raise ValueError(f"view '{self.name}': a view that looks up a dimension needs one input topic and "
+                             "partials merged when read (Partials(merged='read'))")
         if self.kind == "fact" and self.key_time not in column_names(self.fields):
             raise ValueError(f"view '{self.name}': a fact view's key_time must be one of its columns, "
                              f"not '{self.key_time}'")

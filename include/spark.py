@@ -144,9 +144,6 @@ def get_spark(settings: Settings, app_name: str = "lambdalake") -> SparkSession:
         # memtables each.
         .config("spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage", "true")
         .config("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB", str(settings.state_memory_mb))
-        # A stream-stream join keeps one RocksDB store per partition, not four (a checkpoint records
-        # the format it started with, so an older one keeps its own).
-        .config("spark.sql.streaming.join.stateFormatVersion", "3")
         # Keep Spark's own metadata files out of the working directory.
         .config("spark.sql.warehouse.dir", str(settings.home / "spark-warehouse"))
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.home / 'derby'}")

@@ -239,6 +239,10 @@ def merge_speed_rows(store: LakehouseStore, view: ViewSpec, settings: Settings, 
     # Computed once: a MERGE reads its source twice (the files it touches, then the rows it writes).
     rows = rows.persist()
     try:
+        # No rows (alerts, most micro-batches): no MERGE and no new version for the next micro-batch
+        # to read; a replay finds none again.
+        if rows.isEmpty():
+            return
         if view.speed.announce is not None and not store.is_committed(view.speed_table, txn):
             announce_new(store, view, settings, rows, txn)
         store.merge(view.speed_table, rows, view.merge_on, txn, update_when, delete_when=view.speed.tombstone)

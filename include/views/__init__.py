@@ -2,7 +2,7 @@
 its spec declared on it, in the module of its family; both layers run them, and everything else
 loops over :data:`VIEWS`.
 
-The speed layer applies a definition to watermarked streams of on-time, deduplicated events
+The speed layer applies a definition to each micro-batch's on-time, deduplicated events
 (``exact=False``: approximate where exactness needs unbounded state, orders still inside their
 join window shown as ``pending``); the batch layer applies the same definition to a day's full
 history (``exact=True``). Event dedup, the first-payment rule and the ``pending`` rule live here

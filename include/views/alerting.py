@@ -65,7 +65,7 @@ def alert_differences(spec: ViewSpec) -> str:
             for difference in ("missed", "unconfirmed") for kind in ALERT_KINDS
         },
     ),
-    speed=Speed(mode="update", freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts,
+    speed=Speed(freshness_time="event_time", precedence=alert_precedence, announce=announce_alerts,
                 incremental=lambda step: alerts_step(step)),
     declared_in_sql=True,
 )

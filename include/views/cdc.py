@@ -52,7 +52,7 @@ def image_columns(struct: str) -> str:
         metrics={"differing_customers": "count(DISTINCT customer_id)"},
     ),
     # The last change of a customer among partial rows is the last change of them all.
-    speed=Speed(mode="update", freshness_time="updated_at", partials=Partials(
+    speed=Speed(freshness_time="updated_at", partials=Partials(
         merge={**{name: f"max_by({name}, sequence)" for name in (*CUSTOMER_COLUMNS, "updated_at", "deleted", "date")},
                "sequence": "max(sequence)"},
     ), state="sequence struct<ts_ms bigint, arrived_at timestamp>"),
@@ -91,7 +91,7 @@ def customers(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
         rows=rows_that_differ,
         metrics={"differing_customers": "count(DISTINCT customer_id)", "differing_versions": "count(*)"},
     ),
-    speed=Speed(mode="update", freshness_time="valid_from", refresh=DASHBOARD_REFRESH,
+    speed=Speed(freshness_time="valid_from", refresh=DASHBOARD_REFRESH,
                 incremental=lambda step: customers_history_step(step)),
     declared_in_sql=True,
 )
@@ -174,8 +174,7 @@ def orders_enriched_differently(spec: ViewSpec) -> str:
         metrics={"orders_enriched_differently": "count(*)", "revenue_moved": money_sum_sql("amount")},
         view_fields=False,
     ),
-    speed=Speed(
-        mode="update", freshness_time="window_start", refresh=DASHBOARD_REFRESH,
+    speed=Speed(freshness_time="window_start", refresh=DASHBOARD_REFRESH,
         # The counted orders grow with the window: a stateful query would rewrite its whole
         # list into state on every micro-batch, and a merged row would be rewritten likewise.
         partials=Partials(merged="read", merge={

@@ -33,7 +33,7 @@ SESSION_GAP = timedelta(minutes=30)
         "unique_users": "sum(unique_users)",
     },
     drift_metrics=("rows", "views", "clicks"),
-    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(
+    speed=Speed(freshness_time="window_start", partials=Partials(
         merge={**{name: f"CAST(sum({name}) AS BIGINT)" for name in ("views", "clicks", "add_to_cart")},
                **merged_distinct_count("unique_users")},
     ), state=f"{sketch_of('unique_users')} binary"),
@@ -67,7 +67,7 @@ def traffic_by_page_10m(inputs: Mapping[str, DataFrame], context: ViewContext) -
         "converted": "count_if(converted)",
     },
     drift_metrics=("events",),
-    speed=Speed(mode="update", freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH,
+    speed=Speed(freshness_time="session_end", tombstone="s.events = 0", refresh=DASHBOARD_REFRESH,
                 state="page_urls array<string>", incremental=lambda step: user_sessions_step(step)),
     declared_in_sql=True,
 )

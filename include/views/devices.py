@@ -52,7 +52,7 @@ def _merged_sums() -> dict[str, str]:
         "max_temperature": "max(max_temperature)",
     },
     drift_metrics=("rows", "readings"),
-    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(merge=_merged_sums()), state=SUMS),
+    speed=Speed(freshness_time="window_start", partials=Partials(merge=_merged_sums()), state=SUMS),
     declared_in_sql=True,
 )
 def device_health_5m(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:

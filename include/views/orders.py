@@ -33,7 +33,7 @@ REVENUE_WINDOW = "5 minutes"
         "unique_buyers": "sum(unique_buyers)",
     },
     drift_metrics=("rows", "revenue", "orders"),
-    speed=Speed(mode="update", freshness_time="window_start", partials=Partials(
+    speed=Speed(freshness_time="window_start", partials=Partials(
         merge={"revenue": money_sum_sql("revenue"), "orders": "CAST(sum(orders) AS BIGINT)",
                **merged_distinct_count("unique_buyers")},
     ), state=f"{sketch_of('unique_buyers')} binary"),
@@ -90,7 +90,7 @@ def late_paid_orders(spec: ViewSpec) -> str:
         rows=late_paid_orders,
         metrics={"late_matches_recovered": "count(*)"},
     ),
-    speed=Speed(mode="append", freshness_time="order_time", precedence=order_precedence,
+    speed=Speed(freshness_time="order_time", precedence=order_precedence,
                 incremental=lambda step: order_payments_step(step)),
     declared_in_sql=True,
 )

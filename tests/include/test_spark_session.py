@@ -84,44 +84,6 @@ def test_streaming_state_shares_one_bounded_memory_budget(spark) -> None:  # noq
     assert spark.conf.get("spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB") == "512"
 
 
-def test_a_join_keeps_the_state_format_its_checkpoint_started_with(spark, tmp_path) -> None:  # noqa: ANN001
-    """New joins keep one state store per partition (format 3); a checkpoint written with
-    format 2 (before this setting) restarts with format 2 and keeps its state."""
-    import json
-
-    import pyarrow.parquet as pq
-
-    folders = {side: tmp_path / side for side in ("left", "right")}
-
-    def run(batch: int, checkpoint: str) -> int:
-        for side, folder in folders.items():
-            folder.mkdir(exist_ok=True)
-            at = datetime(2026, 11, 20, 10, batch)
-            pq.write_table(pa.table({"k": [f"k{batch}", "k0"], f"{side}_time": pa.array([at, at], pa.timestamp("us"))}),
-                           folder / f"{batch}.parquet")
-        left, right = (spark.readStream.schema(f"k string, {side}_time timestamp").parquet(str(folder))
-                       .withWatermark(f"{side}_time", "10 minutes") for side, folder in folders.items())
-        joined = left.join(right.withColumnRenamed("k", "rk"), F.expr(
-            "k = rk AND right_time BETWEEN left_time AND left_time + INTERVAL 1 HOUR"))
-        query = joined.writeStream.format("noop").option("checkpointLocation", str(tmp_path / checkpoint)).trigger(
-            availableNow=True).start()
-        query.awaitTermination()
-        assert query.lastProgress["stateOperators"][0]["numRowsTotal"] > 0
-        logs = tmp_path / checkpoint / "offsets"
-        latest = max((path for path in logs.iterdir() if path.name.isdigit()), key=lambda path: int(path.name))
-        conf = json.loads(latest.read_text().splitlines()[1])["conf"]
-        return int(conf["spark.sql.streaming.join.stateFormatVersion"])
-
-    assert spark.conf.get("spark.sql.streaming.join.stateFormatVersion") == "3"
-    assert run(0, "new") == 3
-    spark.conf.set("spark.sql.streaming.join.stateFormatVersion", "2")
-    try:
-        assert run(1, "old") == 2
-    finally:
-        spark.conf.set("spark.sql.streaming.join.stateFormatVersion", "3")
-    assert run(2, "old") == 2  # restarted under format 3: still its own format, and it runs
-
-
 def test_the_local_jvm_keeps_few_malloc_arenas(spark) -> None:  # noqa: ANN001
     """The JVM the platform starts inherits MALLOC_ARENA_MAX=2 (RocksDB's native memory)."""
     from pathlib import Path

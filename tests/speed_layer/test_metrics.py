@@ -24,7 +24,7 @@ def test_each_kind_of_jvm_event_reaches_the_metrics(spark, settings, tmp_path):
     (tmp_path / "in" / "a.json").write_text('{"key": "a", "t": "2026-11-25T09:00:00Z"}\n'
                                             '{"key": "a", "t": "2026-11-25T09:59:58.5Z"}\n'
                                             '{"key": "b", "t": "2026-11-25T09:30:00Z"}\n')
-    # A watermarked stream, as the speed views' feeds are: its progress has the newest event time.
+    # A watermarked stream, as ingest's dedup is: its progress has the newest event time.
     read = spark.readStream.schema("key string, t timestamp").json(str(tmp_path / "in")).withWatermark("t", "1 hour")
     counts = read.groupBy("key").agg(F.count("*"))
     query = (counts.writeStream.format("memory").queryName("metrics_probe").outputMode("complete")

@@ -29,6 +29,7 @@ from serving.status import status_summary, view_status
 from include.accounting import ingest_totals
 from speed_layer.runner import (
     CACHE_COMPRESSED,
+    INTERPRETED,
     NO_DATA_BATCHES,
     SHUFFLE_PARTITIONS,
     query_trigger_intervals,
@@ -142,11 +143,11 @@ def test_order_behind_the_watermark_is_late_not_counted(spark, settings, land):
     assert revenue == {(utc(10, 0), "books"): (10.0, 1), (utc(10, 20), "books"): (6.0, 2)}
     silver = {r["order_id"]: r["is_late"] for r in store.read(tables.silver("orders")).collect()}
     assert silver == {"o1": False, "o2": False, "o3": True, "o4": False}  # late events are kept
-    # No micro-batch without data (Spark runs one when the watermark moved) for an update-mode
-    # view: it emitted every row with its data.
+    # No micro-batch without data (Spark runs one when the watermark moved) for a view's own
+    # query: it keeps no state.
     metrics = store.read(tables.STREAM_METRICS).collect()
     empty = {r["query"] for r in metrics if r["input_rows"] == 0}
-    assert not empty & {v.speed_query for v in VIEWS_BY_NAME.values() if v.speed.mode == "update"}, empty
+    assert not empty & {v.speed_query for v in VIEWS_BY_NAME.values() if not v.in_ingest_pass}, empty
     # Every micro-batch a query committed has its metrics, the last one of the run too.
     committed = {(folder.name, int(commit.name)) for folder in settings.checkpoints_dir.iterdir()
                  for commit in (folder / "commits").glob("[0-9]*")}
@@ -325,6 +326,9 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
         assert copies["speed_revenue_by_segment_1h"].get(CACHE_COMPRESSED) == "true"
         assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
         assert copies["speed_revenue_by_segment_1h"].get(NO_DATA_BATCHES) == "false"
+        # The stream evaluates its expressions interpreted; the caller's session keeps code generation.
+        assert all(copy.get(key) == value for copy in copies.values() for key, value in INTERPRETED.items())
+        assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
         assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_revenue_by_segment_1h"}
         assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(3600000)"
         assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
