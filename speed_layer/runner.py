@@ -46,11 +46,6 @@ GRACEFUL_STOP_SECONDS = 120
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 CACHE_COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-# The stream's micro-batches are small and their plans new each time (their bounds, watermarks and
-# batch ids are literals, which Spark writes into the generated code; Delta's snapshot reads
-# generate their encoders' code in every task). Generating and compiling that code cost more than
-# the rows: Spark evaluates the stream's expressions interpreted instead (benchmarks/DECISIONS.md).
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 class StreamFailed(RuntimeError):
@@ -227,8 +222,6 @@ def run_stream(
     # A session of its own: the queries' settings (see _start) leave the caller's session, which
     # the demo's batch layer shares, as it was.
     spark = get_spark(settings, app_name="lambdalake-stream").newSession()
-    for key, value in INTERPRETED.items():
-        spark.conf.set(key, value)
     store = open_store(settings, spark)
     metrics = StreamMetrics(open_reader(settings), settings.run_dir)  # an ops table: delta-rs
     spark.streams.addListener(metrics)
