@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import re
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import wraps
@@ -389,6 +391,8 @@ class LakehouseStore(ABC):
         if retention_hours < 0:
             raise ValueError(f"retention hours must be >= 0, got {retention_hours}")
         path = self._require(name)
+        if not _files_older_than(Path(path), time.time() - retention_hours * 3600):
+            return 0  # vacuum deletes only files older than the retention: it would list and find none
         return self._retrying(f"vacuum '{name}'", lambda: self._do_vacuum(path, retention_hours))
 
     # ---- retries ------------------------------------------------------------------------
@@ -468,3 +472,16 @@ class LakehouseStore(ABC):
 
     @abstractmethod
     def _do_vacuum(self, path: str, retention_hours: float) -> int: ...
+
+
+def _files_older_than(table: Path, cutoff: float) -> bool:
+    """Whether a data file of ``table`` (its log aside) was last written before ``cutoff``: a file
+    removed from the table, or never committed, is as old as its last write at least."""
+    for folder, folders, files in os.walk(table):
+        if folder == str(table) and "_delta_log" in folders:
+            folders.remove("_delta_log")
+        for name in files:
+            with suppress(FileNotFoundError):  # removed meanwhile (compaction, another vacuum)
+                if os.stat(os.path.join(folder, name)).st_mtime < cutoff:
+                    return True
+    return False

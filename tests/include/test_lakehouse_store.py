@@ -208,6 +208,18 @@ def test_optimize_compacts_and_vacuum_removes_old_files(store, spark):
     assert store.read(name).count() == 4
 
 
+def test_vacuum_with_no_file_older_than_the_retention_runs_nothing(store, spark):
+    name = make_table(store)
+    for i in range(2):
+        store.append(name, rows(spark, (i, "x", float(i), T0, D1)))
+    store.optimize(name)  # the two appended files are now removed, and young
+    version, files = store.version(name), sorted(p.name for p in Path(store.path(name)).rglob("*.parquet"))
+    assert store.vacuum(name, retention_hours=1) == 0
+    # Not run at all: a VACUUM commits its start and end.
+    assert store.version(name) == version
+    assert sorted(p.name for p in Path(store.path(name)).rglob("*.parquet")) == files
+
+
 class Lockstep(DeltaRsStore):
     """Both writers load the same snapshot before committing, so one commit must conflict."""
 
