@@ -53,10 +53,9 @@ def test_a_stream_behind_its_input_catches_up_compacting_as_it_goes(spark, setti
     runner.start()
     try:
         # A file a second while it starts and runs: more than one per micro-batch (the old cap),
-        # as a micro-batch takes seconds, yet few enough that a slow machine keeps up (five a second
-        # outran the stream on a slow day). It has caught up when its lag has stayed under a bound
-        # for five seconds while files kept landing; with a fixed number of files per micro-batch
-        # it grows instead. The deadline guards against a hang only.
+        # as a micro-batch takes seconds, and few enough for a slow machine to keep up. It has
+        # caught up when its lag has stayed under a bound for five seconds while files kept
+        # landing; with a fixed number of files per micro-batch it grows instead.
         lags, number, started = [], 60, time.monotonic()
         while time.monotonic() - started < CATCH_UP_TIMEOUT and not caught_up(lags):
             land_orders(zone, number)
