@@ -18,6 +18,7 @@ import math
 import os
 import secrets
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -318,13 +319,14 @@ def serve(settings: Settings, host: str, port: int, token: str, pg_port: int = 0
     pg = None
     grace = settings.query_timeout.total_seconds() + SHUTDOWN_GRACE_SECONDS
     try:
+        listener = _listen(host, port)
         app = create_app(settings, token)
         state = app.state
         if pg_port:
             pg = start_pg_server(settings, host, pg_port, token, state.engine, state.slots, state.metrics)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 timeout_graceful_shutdown=math.ceil(grace))
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[listener])
     except StopRequested:
         pass
     finally:
@@ -336,6 +338,20 @@ def serve(settings: Settings, host: str, port: int, token: str, pg_port: int = 0
                 log.warning("serve: %d PostgreSQL connections still open at exit", left)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The HTTP port, bound here rather than by uvicorn, which would log the error and end the
+    process with its own exit code (3): a taken port is a runtime failure told in one line."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise RuntimeError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror} "
+                           "(choose another port with --port)") from None
+    return listener
 
 
 class StopRequested(Exception):

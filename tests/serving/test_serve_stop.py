@@ -83,3 +83,19 @@ def test_serve_stops_cleanly_answering_the_queries_in_flight(tmp_path, stop):
         with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("taken", ["http", "pg"])
+def test_a_taken_port_exits_1_saying_which(tmp_path, taken):
+    http_port, pg_port = free_port(), free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", http_port if taken == "http" else pg_port))
+        holder.listen()
+        done = subprocess.run(
+            [LAMBDALAKE, "serve", "--home", str(tmp_path / "home"), "--port", str(http_port),
+             "--pg-port", str(pg_port)],
+            env=clean_env(LAMBDALAKE_SERVE_TOKEN=TOKEN), capture_output=True, text=True, timeout=120)
+    protocol = "HTTP" if taken == "http" else "PostgreSQL clients"
+    port = http_port if taken == "http" else pg_port
+    assert done.returncode == 1, done.stderr
+    assert f"lambdalake: error: cannot listen for {protocol} on 127.0.0.1:{port}: Address already in use" in done.stderr
