@@ -3,6 +3,7 @@ throwaway Airflow home."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -50,6 +51,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     if not cached_spark_jars(settings):
         spark_jars_main(["--into", str(settings.spark_jars_dir)])
     session = get_spark(settings, app_name="lambdalake-tests")
+    # py4j says "Closing down clientserver connection" at INFO as Python exits, after pytest has
+    # closed the stream Airflow's logging set up for the root logger ("--- Logging error ---").
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     yield session
     session.stop()
 
@@ -70,19 +74,17 @@ def streamed_lake(spark, tmp_path_factory: pytest.TempPathFactory) -> StreamedLa
     from include.generator import TrafficOptions, generate
     from speed_layer.runner import run_stream
 
+    # The order views are what the batch reconciles and the tests check; the others stay out.
     settings = load_settings(home=tmp_path_factory.mktemp("streamed") / "home", spark_master="local[2]",
-                             shuffle_partitions=2, max_files_per_trigger=4)
+                             shuffle_partitions=2, max_files_per_trigger=4,
+                             speed_views="revenue_by_category_5m,order_payments")
     # Hour-long micro-batches keep the stream short; late events land beyond one of them.
     options = TrafficOptions(orders_per_hour=120, late_fraction=0.05, duplicate_fraction=0.02,
                              corrupt_fraction=0.01, late_beyond=timedelta(hours=1))
     result = generate(settings, datetime(2026, 11, 20, tzinfo=timezone.utc), 3, options, seed=5, file_minutes=15,
                       progress=False)
-    # The order views are what the batch reconciles and the tests check; the others stay out.
-    run_stream(settings.model_copy(update={"speed_views": SPEED_VIEWS}), available_now=True)
+    run_stream(settings, available_now=True)
     return StreamedLake(settings, result)
-
-
-SPEED_VIEWS = "revenue_by_category_5m,order_payments"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from lambdalake.platform import PROJECT, admin_password, airflow_env, down, up
 from speed_layer.supervisor import stop_stream, stream_pid
 
 DAY = date(2026, 11, 20)
-SPEED_VIEWS = "revenue_by_category_5m,order_payments"  # the views streamed_lake streams
 NIGHTLY, MAINTENANCE, SUPERVISOR = "lambda_nightly_batch", "lakehouse_maintenance", "speed_layer_supervisor"
 
 
@@ -136,7 +135,7 @@ def platform(streamed_lake, tmp_path_factory):
                            # No automatic catch-up runs: only the run the event triggers.
                            "LAMBDALAKE_BATCH_START_DATE": tomorrow.isoformat(),
                            # The views the lake was streamed with (the reconciliation compares them).
-                           "LAMBDALAKE_SPEED_VIEWS": SPEED_VIEWS}.items():
+                           "LAMBDALAKE_SPEED_VIEWS": streamed_lake.settings.speed_views}.items():
             patch.setenv(key, value)
         # A copy of its own, which the stream goes on from.
         settings = load_settings(home=streamed_lake.copy_to(tmp_path_factory.mktemp("platform") / "home").home)

@@ -19,7 +19,6 @@ import time
 from datetime import date
 from pathlib import Path
 
-from conftest import SPEED_VIEWS
 from deltalake import DeltaTable
 
 from batch_layer.nightly import run_batch
@@ -99,7 +98,7 @@ def test_a_killed_rerun_is_never_served_and_a_completed_one_is_served_whole(spar
     # More of the day lands and is streamed (hour-long micro-batches: the point is the batch's
     # runs), so a rerun's views differ from the first run's.
     run(env, "generate", "--orders-per-hour", "60", "--start", "2026-11-20T03:00:00Z", "--hours", "2", "--seed", "2")
-    run(env, "stream", "--available-now", "--views", SPEED_VIEWS, "--max-files-per-trigger", "12")
+    run(env, "stream", "--available-now", "--views", settings.speed_views, "--max-files-per-trigger", "12")
 
     replaced = kill_once_some_views_are_replaced(env, settings.lakehouse_dir, latest_versions(settings.lakehouse_dir))
     assert replaced, "no view was replaced before the kill"
