@@ -192,6 +192,10 @@ class Speed:
     # micro-batch (:class:`PassStep`), the rows to merge into the speed table (by ``precedence``;
     # None: none), its state read back by Spark from the speed table and Silver.
     incremental: Callable[[PassStep], DataFrame | None] | None = None
+    # A view kept by a streaming query of its own: its definition over the watermarked feeds, its
+    # state in Spark's state store (a stream-stream join's open rows), its rows appended; readers
+    # keep the first of a key's rows by ``precedence``.
+    stateful_query: bool = False
     # Columns only the speed table keeps, not served (``"name type, …"``): what partial rows merge
     # (a distinct-count sketch, exact sums behind a mean), which the definition gives when
     # ``context.exact`` is False, or what an ``incremental`` step reads back (a session's pages).
@@ -243,7 +247,11 @@ class ViewSpec:
         unknown = [name for name in (partials.merge if partials else ()) if name not in column_names(self.speed_fields)]
         if unknown:
             raise ValueError(f"view '{self.name}': its partials merge {unknown}, which are not its columns")
-        if not self.in_ingest_pass and (partials is None or partials.merged != "read" or len(self.inputs) != 1):
+        if self.speed.stateful_query:
+            if self.speed.precedence is None or self.lookups or self.in_ingest_pass:
+                raise ValueError(f"view '{self.name}': a stateful query's rows are merged when read by their "
+                                 "precedence; it looks up no dimension and is not in ingest's pass")
+        elif not self.in_ingest_pass and (partials is None or partials.merged != "read" or len(self.inputs) != 1):
             # Its own query keeps no streaming state: each micro-batch's rows are appended.
             raise ValueError(f"view '{self.name}': a view that looks up a dimension needs one input topic and "
                              "partials merged when read (Partials(merged='read'))")
@@ -282,7 +290,16 @@ class ViewSpec:
         (``incremental``). A view that looks one up keeps a query of its own, which
         ``--available-now`` runs once ingest is done: a backlog's orders are enriched after every
         change in it is applied, not as of their micro-batch."""
+        if self.speed.stateful_query:
+            return False
         return (self.speed.partials is not None and not self.lookups) or self.speed.incremental is not None
+
+    @property
+    def merged_when_read(self) -> bool:
+        """Whether the speed table holds several rows of a key, merged by readers
+        (:func:`speed_rows_sql`): appended partials, or a stateful query's appended rows."""
+        partials = self.speed.partials
+        return self.speed.stateful_query or (partials is not None and partials.merged == "read")
 
     @property
     def runs_on_interval(self) -> bool:
@@ -387,9 +404,18 @@ def merged_partials_sql(view: ViewSpec, relation: str) -> str:
     return f"SELECT {', '.join(items)} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
 
 
+def first_by_precedence_sql(view: ViewSpec, relation: str, columns: list[str]) -> str:
+    """``columns`` of the first of each key's rows in ``relation`` by the view's precedence (a
+    stateful query's appended rows; Spark SQL and serving's DuckDB alike)."""
+    return best_per_key_sql(f"SELECT * FROM {relation}", view.keys, view.speed.precedence, columns)
+
+
 def combined_sql(view: ViewSpec, relation: str) -> str:
-    """:func:`speed_rows_sql` of a view whose partials are merged when read, over ``relation``,
-    its served columns only (serving's DuckDB runs it)."""
+    """:func:`speed_rows_sql` of a view merged when read, over ``relation``, its served columns
+    only (serving's DuckDB runs it)."""
+    if view.speed.stateful_query:
+        return first_by_precedence_sql(view, relation, [name for name in column_names(view.fields)
+                                                          if name not in view.hidden])
     merge = view.speed.partials.merge
     merged = [f"{sql} AS {name}" for name, sql in merge.items() if name not in view.hidden]
     return f"SELECT {', '.join([*view.merged_by, *merged])} FROM {relation} GROUP BY {', '.join(view.merged_by)}"
@@ -419,10 +445,11 @@ def dimension_as_of_sql(view: ViewSpec, cut: datetime) -> tuple[str, str]:
 
 
 def speed_rows_sql(view: ViewSpec, relation: str) -> str:
-    """SQL over ``relation``: a day's speed rows as the view's columns, one per
-    key (partials merged when read are merged)."""
-    partials = view.speed.partials
-    if partials is not None and partials.merged == "read":
+    """SQL over ``relation``: a day's speed rows as the view's columns, one per key (partials
+    merged when read are merged; of a stateful query's rows, the first by precedence)."""
+    if view.speed.stateful_query:
+        relation = f"({first_by_precedence_sql(view, relation, column_names(view.fields))})"
+    elif view.merged_when_read:
         relation = f"({merged_partials_sql(view, relation)})"
     return f"SELECT {', '.join(column_names(view.fields))} FROM {relation} AS speed_rows"
 

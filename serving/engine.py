@@ -102,9 +102,8 @@ VIEWS_SQL = {
     **{name: f"SELECT * FROM {internal(name)}"
        for name in ("stream_metrics", "ingest_batches", "ops_alerts", "supervisor_events")},
 }
-# Speed relations of views whose partials are merged when read (a row per key and micro-batch).
-COMBINED = {speed_relation(view): view for view in VIEWS
-            if view.speed.partials and view.speed.partials.merged == "read"}
+# Speed relations of views merged when read (several rows of a key: partials, or a stateful query's rows).
+COMBINED = {speed_relation(view): view for view in VIEWS if view.merged_when_read}
 for _view in VIEWS:
     SOURCES[speed_relation(_view)] = (_view.speed_table, _view.fields)
     SOURCES[batch_relation(_view)] = (_view.batch_table, _view.fields)

@@ -29,8 +29,7 @@ def appended_tables(settings: Settings) -> list[str]:
     """The tables the stream only appends to."""
     names = [tables.DLQ, tables.LATE_EVENTS, tables.INGEST_BATCHES, tables.STREAM_METRICS]
     names += [tables.silver(topic) for topic in TOPIC_NAMES] + [tables.bronze(topic) for topic in TOPIC_NAMES]
-    names += [view.speed_table for view in speed_views(settings)
-              if view.speed.partials and view.speed.partials.merged == "read"]
+    names += [view.speed_table for view in speed_views(settings) if view.merged_when_read]
     return names
 
 

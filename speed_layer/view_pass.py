@@ -4,8 +4,9 @@ A view whose rows add up (:class:`include.registry.Partials`) needs no streaming
 definition runs on the micro-batch's on-time events alone, and its partial rows are merged into
 the speed table (``merged="write"``: with the stored rows of the keys they touch) or appended
 (``merged="read"``). A view whose state is more than that says how to keep it from one
-micro-batch (``incremental``: ``order_payments`` re-runs its definition on the orders the
-micro-batch touches); its rows are merged by the view's precedence. Every step is Spark
+micro-batch (``incremental``: ``user_sessions`` merges the micro-batch's clicks into the stored
+sessions they touch); its rows are merged by the view's precedence (a view whose state Spark's
+stateful operators keep has a query of its own instead: :mod:`speed_layer.gold`). Every step is Spark
 DataFrames of the micro-batch's session; what a view keeps from one micro-batch to the next is
 its speed table and Silver, which Spark reads back as the micro-batch found them.
 

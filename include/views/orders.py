@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from include.registry import (
-    Differences, Partials, PassStep, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql,
-    sql_time, view,
+    Differences, Partials, Speed, ViewContext, ViewSpec, best_per_key, best_per_key_sql, view,
 )
 from include.views.rules import (
     distinct_count_sql, merged_distinct_count, money_sum_sql, sketch_of, window_start_sql,
@@ -90,8 +89,10 @@ def late_paid_orders(spec: ViewSpec) -> str:
         rows=late_paid_orders,
         metrics={"late_matches_recovered": "count(*)"},
     ),
-    speed=Speed(freshness_time="order_time", precedence=order_precedence,
-                incremental=lambda step: order_payments_step(step)),
+    # A left-outer stream-stream join: Spark's state store holds the open orders and the waiting
+    # payments; every order also comes out at once as `pending`, and readers keep the first row of
+    # an order by its precedence.
+    speed=Speed(freshness_time="order_time", precedence=order_precedence, stateful_query=True),
     declared_in_sql=True,
 )
 def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> str:
@@ -117,44 +118,3 @@ def order_payments(inputs: Mapping[str, DataFrame], context: ViewContext) -> str
 
 ORDER_PAYMENTS_COLUMNS = ("order_id", "user_id", "category", "amount", "order_time", "payment_id", "paid_amount",
                           "pay_time", "status", "date")
-ORDER_COLUMNS = ("order_id", "user_id", "category", "amount", "event_time")
-PAYMENT_COLUMNS = ("payment_id", "order_id", "amount", "event_time")
-
-
-def order_payments_step(step: PassStep) -> DataFrame:
-    """``order_payments`` kept by the ingest pass: the definition re-run on what one micro-batch
-    touches. Its state is the lake's, as the micro-batch found it: an order's window is open
-    (its speed row ``pending`` or ``paid``) until the payments' watermark passes its end, and a
-    payment waits in Silver for its order until the orders' watermark passes it (an on-time order
-    comes after that watermark, so it pays no earlier payment). The orders run again are the
-    micro-batch's, the open ones its payments may pay and the pending ones whose window it closes
-    (now ``unpaid``); the payments, the micro-batch's and the waiting ones of its orders. A join
-    row left without a payment is not ``unpaid`` yet: the order stays ``pending`` until its
-    window closes."""
-    window = step.settings.join_window
-    paid_by, paid_until = step.watermark("payments"), step.watermark("payments", after=True)
-    orders_seen_to = step.watermark("orders")
-    still_open = f"order_time > {sql_time(paid_by - window)}" if paid_by else "true"
-    closes = f"order_time <= {sql_time(paid_until - window)}" if paid_until else "false"
-    waiting = f"event_time > {sql_time(orders_seen_to)}" if orders_seen_to else "true"
-    new_orders = step.events("orders").select(*ORDER_COLUMNS)
-    new_payments = step.events("payments").select(*PAYMENT_COLUMNS)
-    orders = step.query(f"""
-        SELECT * FROM {{new_orders}}
-        UNION ALL
-        SELECT order_id, user_id, category, amount, order_time AS event_time FROM {{stored}}
-        WHERE status <> 'unpaid' AND {still_open}
-          AND (order_id IN (SELECT order_id FROM {{new_payments}}) OR (status = 'pending' AND {closes}))""",
-        {"new_orders": new_orders, "new_payments": new_payments, "stored": step.stored(order_payments.speed_table)})
-    payments = step.query("""
-        SELECT * FROM {new_payments}
-        UNION ALL
-        SELECT * FROM {waiting} WHERE order_id IN (SELECT order_id FROM {new_orders})""",
-        {"new_payments": new_payments, "new_orders": new_orders,
-         "waiting": step.earlier("payments", waiting).select(*PAYMENT_COLUMNS)})
-    columns = ", ".join(name if name != "status" else
-                        f"CASE WHEN status = 'pending' AND {closes} THEN 'unpaid' ELSE status END AS status"
-                        for name in ORDER_PAYMENTS_COLUMNS)
-    definition = order_payments.sql(ViewContext(step.settings, exact=False))
-    return step.query(f"SELECT {columns} FROM ({definition}) AS rows WHERE status <> 'unpaid'",
-                      {"orders": orders, "payments": payments})

@@ -119,8 +119,8 @@ def test_view_triggers_give_some_views_their_own_interval(settings):
     # A view ingest computes runs on an interval of its own inside the pass, never more often than ingest.
     spaced = speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "traffic_by_page_10m=5s,customers=1s"}))
     assert (spaced["traffic_by_page_10m"], spaced["customers"]) == (timedelta(seconds=5), timedelta(seconds=2))
-    with pytest.raises(ConfigError, match="ingest computes 'order_payments' in each of its micro-batches"):
-        speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "order_payments=5s"}))
+    with pytest.raises(ConfigError, match="ingest computes 'alerts' in each of its micro-batches"):
+        speed_trigger_intervals(chosen.model_copy(update={"view_triggers": "alerts=5s"}))
     # Given explicitly, an interval may also be shorter than the view's refresh.
     given = chosen.model_copy(update={"view_triggers": "revenue_by_segment_1h=1s"})
     assert speed_trigger_intervals(given)["revenue_by_segment_1h"] == timedelta(seconds=1)

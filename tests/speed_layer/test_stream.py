@@ -17,8 +17,10 @@ from include import tables
 from include.config import load_settings
 from include.generator import TrafficOptions, generate
 from include.lakehouse import open_reader, open_store
+from include.registry import speed_rows_sql
 from include.schemas import TOPIC_NAMES
 from include.views import VIEWS_BY_NAME
+from include.views.sql import spark_rows
 from speed_layer import gold, ingest
 from include.heartbeat import read_heartbeat
 from serving.status import status_summary, view_status
@@ -49,7 +51,13 @@ def utc(hour, minute):
 
 
 SPEED_REVENUE = VIEWS_BY_NAME["revenue_by_category_5m"].speed_table
-SPEED_ORDER_PAYMENTS = VIEWS_BY_NAME["order_payments"].speed_table
+
+
+def order_status(store) -> dict[str, tuple]:
+    """Each order's status and payment as readers see it: the first of its appended rows."""
+    view = VIEWS_BY_NAME["order_payments"]
+    rows = spark_rows(speed_rows_sql(view, "{speed}"), {"speed": store.read(view.speed_table)}).collect()
+    return {r["order_id"]: (r["status"], r["payment_id"]) for r in rows}
 
 
 def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark, settings):
@@ -57,10 +65,10 @@ def test_every_registered_view_has_a_speed_query_or_is_computed_by_ingest(spark,
 
     dimensions, facts = gold.gold_writers(spark, settings, open_store(settings, spark))
     in_pass = [name for name, view in VIEWS_BY_NAME.items() if view.in_ingest_pass]
-    assert sorted(in_pass) == ["alerts", "customers", "customers_history", "device_health_5m", "order_payments",
+    assert sorted(in_pass) == ["alerts", "customers", "customers_history", "device_health_5m",
                                "revenue_by_category_5m", "traffic_by_page_10m", "user_sessions"]
-    assert (dimensions, facts) == ({}, {"speed_revenue_by_segment_1h": ANY})
-    chosen = settings.model_copy(update={"speed_views": "alerts, order_payments"})
+    assert (dimensions, facts) == ({}, {"speed_order_payments": ANY, "speed_revenue_by_segment_1h": ANY})
+    chosen = settings.model_copy(update={"speed_views": "alerts, user_sessions"})
     assert gold.gold_writers(spark, chosen, open_store(chosen, spark)) == [{}, {}]
     # A view's lookups run with it: dimensions first.
     enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})
@@ -99,11 +107,12 @@ def test_ingest_writes_one_feed_file_per_topic_and_micro_batch(spark, settings, 
     for topic, rows in lines.items():
         land(topic, "0001", rows)
     raw = landing_source(spark, settings, tuple(lines))
-    writer = ingest.IngestBatch(settings, open_store(settings, spark), tuple(raw))
+    enriched = settings.model_copy(update={"speed_views": "revenue_by_segment_1h"})  # its query reads orders
+    writer = ingest.IngestBatch(enriched, open_store(settings, spark), tuple(raw))
     query = (ingest.parsed_events(raw, settings).writeStream.foreachBatch(writer).trigger(availableNow=True)
              .option("checkpointLocation", str(settings.checkpoints_dir / ingest.QUERY)).start())
     query.awaitTermination()
-    assert not (settings.feeds_dir / "payments").exists()  # only order_payments reads it, and ingest computes that
+    assert not (settings.feeds_dir / "payments").exists()  # only order_payments' query reads it, not streamed here
     for topic, rows in list(lines.items())[:1]:
         files = sorted((settings.feeds_dir / topic).iterdir())
         assert [file.name for file in files] == ["000000000000.parquet"]
@@ -182,14 +191,13 @@ def test_join_paid_unpaid_pending(spark, settings, land):
     assert not store.exists(SPEED_REVENUE)  # left to the batch layer
 
     assert [(r["topic"], r["event_id"]) for r in store.read(tables.LATE_EVENTS).collect()] == [("payments", "p2")]
-    speed = store.read(SPEED_ORDER_PAYMENTS)
-    status = {r["order_id"]: (r["status"], r["payment_id"]) for r in speed.collect()}
-    assert status == {"o1": ("paid", "p1"), "o2": ("unpaid", None), "o9": ("paid", "p9"), "o3": ("pending", None)}
+    assert order_status(store) == {"o1": ("paid", "p1"), "o2": ("unpaid", None), "o9": ("paid", "p9"),
+                                   "o3": ("pending", None)}
 
 
 def test_a_payment_before_its_order_waits_for_it_also_across_a_restart(spark, settings, land):
-    # One file per topic and micro-batch: p1 meets o1 in the first; p0 waits for o0, which comes
-    # after a restart, when the payments still waiting are read back from Silver.
+    # One file per topic and micro-batch: p1 meets o1; p0 waits for o0, which comes after a
+    # restart, in the join's state store (the query's checkpoint).
     settings = settings.model_copy(update={"speed_views": "order_payments"})
     land("payments", "0001", [payment("p1", "o1", 10), payment("p0", "o0", 12)])
     land("orders", "0002", [order("o1", 0)])
@@ -197,8 +205,7 @@ def test_a_payment_before_its_order_waits_for_it_also_across_a_restart(spark, se
     land("orders", "0003", [order("o0", 1), order("o7", 2)])
     store = run_stream(settings, available_now=True)
 
-    status = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(SPEED_ORDER_PAYMENTS).collect()}
-    assert status == {"o1": ("paid", "p1"), "o0": ("paid", "p0"), "o7": ("pending", None)}
+    assert order_status(store) == {"o1": ("paid", "p1"), "o0": ("paid", "p0"), "o7": ("pending", None)}
 
 
 def test_accounting_on_generated_data(spark, settings):
@@ -273,7 +280,9 @@ def test_rate_source_runs_continuously_and_stops_gracefully(spark, tmp_path):
         assert copies["speed_revenue_by_segment_1h"].get(CACHE_COMPRESSED) == "true"
         assert copies["speed_ingest"].get(NO_DATA_BATCHES) == "true"
         assert copies["speed_revenue_by_segment_1h"].get(NO_DATA_BATCHES) == "false"
-        assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_revenue_by_segment_1h"}
+        assert copies["speed_order_payments"].get(NO_DATA_BATCHES) == "true"  # the join's unpaid orders
+        assert set(triggers) == {"speed_bronze", "speed_ingest", "speed_order_payments", "speed_revenue_by_segment_1h"}
+        assert triggers["speed_order_payments"] == "ProcessingTimeTrigger(1000)"
         assert triggers["speed_revenue_by_segment_1h"] == "ProcessingTimeTrigger(3600000)"
         assert triggers["speed_ingest"] == "ProcessingTimeTrigger(1000)"
         assert triggers["speed_bronze"] == "ProcessingTimeTrigger(10000)"  # Bronze need not be fresh within seconds

@@ -1,6 +1,6 @@
 """The one pass on hand-made micro-batches: partial rows merged across micro-batches give the
-definition's rows of all their events, order_payments follows its orders from pending to paid or
-unpaid, sessions grow and merge, and a replayed micro-batch changes nothing."""
+definition's rows of all their events, sessions grow and merge, alerts are raised once, and a
+replayed micro-batch changes nothing."""
 
 from __future__ import annotations
 
@@ -88,51 +88,6 @@ def test_partials_of_micro_batches_merge_into_the_rows_of_all_their_events(spark
     version = store.version(view.speed_table)
     run_pass([view.name], 1, orders=batches[1])  # a replay: its commit is there already
     assert store.version(view.speed_table) == version
-
-
-def test_order_payments_from_pending_to_paid_or_unpaid(spark, settings, run_pass):
-    view = VIEWS_BY_NAME["order_payments"]
-
-    def status():
-        return {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
-
-    store = run_pass([view.name], 0, orders=[order("o1", 0), order("o2", 5)], payments=[payment("p9", "o9", 6)])
-    assert status() == {"o1": ("pending", None), "o2": ("pending", None)}  # p9 waits for its order
-    store = run_pass([view.name], 1, orders=[order("o9", 3)], payments=[payment("p1", "o1", 20)],
-                     watermark=t(9, 56), after=t(10, 10))
-    assert status() == {"o1": ("paid", "p1"), "o2": ("pending", None), "o9": ("paid", "p9")}
-    # The payments' watermark passes o2's window (10:05 + 1 h): no on-time payment can come.
-    store = run_pass([view.name], 2, payments=[payment("p8", "o8", 20, hour=11)], watermark=t(10, 10), after=t(11, 10))
-    assert status() == {"o1": ("paid", "p1"), "o2": ("unpaid", None), "o9": ("paid", "p9")}
-    version = store.version(view.speed_table)
-    store = run_pass([view.name], 1, orders=[order("o9", 3)], payments=[payment("p1", "o1", 20)],
-                     watermark=t(9, 56), after=t(10, 10))  # a replay
-    assert store.version(view.speed_table) == version
-    assert column_names(view.fields) == store.read(view.speed_table).columns
-
-
-def test_a_new_process_reads_the_open_orders_from_the_speed_table(spark, settings, run_pass):
-    """After a restart the orders whose window is open are in the speed table, paid or not; a
-    payment then pays a pending one, and the watermark closes the others as before."""
-    view = VIEWS_BY_NAME["order_payments"]
-    run_pass([view.name], 0, orders=[order("o1", 0), order("o2", 5), order("o3", 50, hour=9)],
-             payments=[payment("p2", "o2", 6)], watermark=t(9, 50), after=t(10, 6))
-    store = run_pass([view.name], 1, payments=[payment("p1", "o1", 30)], watermark=t(10, 6), after=t(10, 58),
-                     new_process=True)
-    rows = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
-    assert rows == {"o1": ("paid", "p1"), "o2": ("paid", "p2"), "o3": ("unpaid", None)}  # 9:50 + 1 h <= 10:58
-
-
-def test_a_payment_waits_in_silver_while_an_on_time_order_can_take_it(spark, settings, run_pass):
-    """A payment that came first is read back from Silver while it is after the orders'
-    watermark: an order on time, just after that watermark, is paid by it; a payment before
-    its order pays nothing."""
-    view = VIEWS_BY_NAME["order_payments"]
-    run_pass([view.name], 1, payments=[payment("p1", "o1", 12), payment("p2", "o2", 30)])
-    store = run_pass([view.name], 2, orders=[order("o1", 11), order("o2", 40)], orders_watermark=t(10, 10),
-                     orders_after=t(10, 30))
-    rows = {r["order_id"]: (r["status"], r["payment_id"]) for r in store.read(view.speed_table).collect()}
-    assert rows == {"o1": ("paid", "p1"), "o2": ("pending", None)}
 
 
 def test_no_events_of_a_view_s_topics_no_work(spark, settings, run_pass):
