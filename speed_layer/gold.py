@@ -111,15 +111,12 @@ def trigger_intervals(settings: Settings) -> dict[str, timedelta]:
             if not view.in_ingest_pass}
 
 
-def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> list[dict[str, DataStreamWriter]]:
-    """A streaming query per view the speed layer maintains, by query name, in two phases: the
-    dimensions, then the views that may look them up (``--available-now`` runs the phases one
-    after the other, so a backlog's orders are enriched with every change landed before them)."""
-    views = [view for view in speed_views(settings) if not view.in_ingest_pass]
-    return [
-        {view.speed_query: view_writer(spark, settings, store, view) for view in views if view.kind == kind}
-        for kind in ("dimension", "fact")
-    ]
+def gold_writers(spark: SparkSession, settings: Settings, store: LakehouseStore) -> dict[str, DataStreamWriter]:
+    """A streaming query per view the speed layer maintains outside ingest's pass, by query name
+    (``--available-now`` runs them once ingest is done: the dimensions are in ingest's pass, so a
+    backlog's orders are enriched with every change landed before them)."""
+    return {view.speed_query: view_writer(spark, settings, store, view)
+            for view in speed_views(settings) if not view.in_ingest_pass}
 
 
 __all__ = ["gold_writers", "runs_no_data_batches", "trigger_intervals"]

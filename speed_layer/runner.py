@@ -2,8 +2,9 @@
 
 ``available_now`` processes everything landed so far and returns: first the Bronze and ingest
 queries (in small micro-batches, so watermarks advance between them: see
-:func:`speed_layer.sources.landing_admission`), then one Gold query per view over the feeds
-ingest wrote: the dimensions first, then the views that look them up. Otherwise all queries run
+:func:`speed_layer.sources.landing_admission`), then the Gold queries of the views outside
+ingest's pass over the feeds ingest wrote (the dimensions they look up are in the pass, so every
+change landed before an order is applied when it is enriched). Otherwise all queries run
 continuously on a processing-time trigger, each micro-batch taking what is waiting, until
 SIGTERM/SIGINT, which stops them after their current micro-batch. With the Airflow connection
 ``lambdalake_airflow`` in its environment, the runner also tells Airflow when a day is complete
@@ -242,16 +243,15 @@ def run_stream(
             finally:
                 if progress:
                     progress.close()
-            for phase in gold:
-                if not stop.is_set():
-                    _supervise([_start(spark, settings, w, name, True) for name, w in phase.items()], metrics, stop,
-                               checkpoints_dir=checkpoints)
+            if not stop.is_set():
+                _supervise([_start(spark, settings, w, name, True) for name, w in gold.items()], metrics, stop,
+                           checkpoints_dir=checkpoints)
             if announcer and not stop.is_set():
                 announcer.check_safely()
         else:
             intervals = speed_trigger_intervals(settings)
             metrics.view_refresh_seconds = {view: interval.total_seconds() for view, interval in intervals.items()}
-            writers = {**ingesting, **{name: w for phase in gold for name, w in phase.items()}}
+            writers = {**ingesting, **gold}
             queries = [_start(spark, settings, w, name, False) for name, w in writers.items()]
             if announcer:
                 threading.Thread(target=announcer.run, args=(stop,), name="day-complete-events", daemon=True).start()
